@@ -1,0 +1,39 @@
+"""Parsers: pure functions from a tool's captured bytes to tidy rows (one dict per observation).
+
+Column names carry their unit (``_bytes``, ``_ns``, ``_ms``, ``_mhz``, ``_c``, ``_mw``, ``_pct``...);
+values are JSON-serialisable. Bad input raises :class:`ParseError` saying what and where.
+``harness parse KIND FILE`` reaches them through :data:`PARSERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ._common import ParseError
+from .blockstat import parse_blockstat
+from .fio import parse_fio
+from .nvpmodel import parse_nvpmodel
+from .sampler import parse_sampler_threads
+from .tegrastats import parse_tegrastats
+
+Parser = Callable[[bytes], list[dict[str, Any]]]
+
+PARSERS: dict[str, Parser] = {
+    "fio": parse_fio,
+    "blockstat": parse_blockstat,
+    "sampler-threads": parse_sampler_threads,
+    "tegrastats": parse_tegrastats,
+    "nvpmodel": parse_nvpmodel,
+}
+
+
+def parse(kind: str, data: bytes) -> list[dict[str, Any]]:
+    """Parse ``data`` as ``kind``; an unknown kind is a ParseError listing the known ones."""
+    parser = PARSERS.get(kind)
+    if parser is None:
+        raise ParseError(f"unknown kind {kind!r} (known: {', '.join(sorted(PARSERS))})")
+    return parser(data)
+
+
+__all__ = ["PARSERS", "ParseError", "Parser", "parse"]

@@ -1,0 +1,139 @@
+"""``/sys/block/DEV/stat`` lines, bare or as written by the native sampler in block mode.
+
+Field names follow the kernel's Documentation/block/stat.rst. Kernels before 4.18 print 11 fields,
+4.18-5.4 add the four discard fields (15), 5.5+ add the two flush fields (17); missing ones are None.
+
+Sampler form::
+
+    # harness-sampler v1 mode=block dev=vda period_ms=10 clock=monotonic
+    <t_ns> <stat fields...>
+    # stop t_ns=... samples=... overruns=...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import ParseError, header_fields, numbered_lines
+
+SECTOR_BYTES = 512  # the stat file counts 512-byte sectors whatever the device's block size
+FIELDS = (
+    "read_ios", "read_merges", "read_sectors", "read_ticks_ms",
+    "write_ios", "write_merges", "write_sectors", "write_ticks_ms",
+    "in_flight", "io_ticks_ms", "time_in_queue_ms",
+    "discard_ios", "discard_merges", "discard_sectors", "discard_ticks_ms",
+    "flush_ios", "flush_ticks_ms",
+)
+FIELD_COUNTS = (11, 15, 17)
+
+
+def _integers(words: list[str], line: int) -> list[int]:
+    try:
+        values = [int(word) for word in words]
+    except ValueError:
+        raise ParseError(f"expected integers, got {' '.join(words)!r}", line=line) from None
+    if any(value < 0 for value in values):
+        raise ParseError("negative counter in block stat line", line=line)
+    return values
+
+
+def _stat_row(values: list[int], line: int, t_ns: int | None, device: str | None) -> dict[str, Any]:
+    if len(values) not in FIELD_COUNTS:
+        raise ParseError(
+            f"expected 11, 15 or 17 block stat fields, got {len(values)}"
+            + (" after the timestamp" if t_ns is not None else ""), line=line)
+    row: dict[str, Any] = {"t_ns": t_ns, "device": device}
+    row.update({name: values[i] if i < len(values) else None for i, name in enumerate(FIELDS)})
+    row["read_bytes"] = row["read_sectors"] * SECTOR_BYTES
+    row["write_bytes"] = row["write_sectors"] * SECTOR_BYTES
+    return row
+
+
+def parse_blockstat(data: bytes) -> list[dict[str, Any]]:
+    """One row per stat line; ``t_ns`` and ``device`` are filled only under a sampler header."""
+    rows: list[dict[str, Any]] = []
+    sampler: dict[str, str] | None = None
+    for number, line in numbered_lines(data):
+        if line.startswith("#"):
+            fields = header_fields(line)
+            if "harness-sampler" in line and "mode" in fields:
+                if fields["mode"] != "block":
+                    raise ParseError(f"sampler output is mode={fields['mode']}, not mode=block", line=number)
+                sampler = fields
+            continue  # '# stop ...' and other comments are metadata
+        values = _integers(line.split(), number)
+        if sampler is not None:
+            rows.append(_stat_row(values[1:], number, values[0], sampler.get("dev")))
+        else:
+            rows.append(_stat_row(values, number, None, None))
+    return rows
+
+
+def _diff(before: dict[str, Any], after: dict[str, Any], key: str) -> int | None:
+    """Counter increase, or None when unknown or when it went down: the counter was reset, or it
+    wrapped at 32 bits on an old kernel; either way the interval's true value is lost."""
+    a, b = before.get(key), after.get(key)
+    if a is None or b is None or b < a:
+        return None
+    return b - a
+
+
+def _ratio(numerator: float | None, denominator: float | None, scale: float = 1.0) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return scale * numerator / denominator
+
+
+def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What happened on the device between two snapshots (e.g. before and after one request)."""
+    read_sectors = _diff(before, after, "read_sectors")
+    write_sectors = _diff(before, after, "write_sectors")
+    read_ios = _diff(before, after, "read_ios")
+    out: dict[str, Any] = {
+        "read_bytes": None if read_sectors is None else read_sectors * SECTOR_BYTES,
+        "read_ios": read_ios,
+        "write_bytes": None if write_sectors is None else write_sectors * SECTOR_BYTES,
+        "write_ios": _diff(before, after, "write_ios"),
+        "io_ticks_ms": _diff(before, after, "io_ticks_ms"),
+        "time_in_queue_ms": _diff(before, after, "time_in_queue_ms"),
+    }
+    out["avg_read_io_bytes"] = _ratio(out["read_bytes"], read_ios)
+    return out
+
+
+def _interval(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    dt_ns = after["t_ns"] - before["t_ns"]
+    if dt_ns <= 0:
+        raise ValueError(f"block samples are not in time order at t_ns={after['t_ns']}")
+    dt_s, dt_ms = dt_ns / 1e9, dt_ns / 1e6
+    d = delta(before, after)
+    return {
+        "t_ns": after["t_ns"],
+        "device": after.get("device"),
+        "dt_s": dt_s,
+        "read_bytes": d["read_bytes"],
+        "read_ios": d["read_ios"],
+        "write_bytes": d["write_bytes"],
+        "read_bytes_per_s": _ratio(d["read_bytes"], dt_s),
+        "write_bytes_per_s": _ratio(d["write_bytes"], dt_s),
+        "avg_read_io_bytes": d["avg_read_io_bytes"],
+        # time_in_queue sums the time every request spent in flight, so over the interval it is
+        # the average number of requests in flight (average queue depth).
+        "avg_inflight": _ratio(d["time_in_queue_ms"], dt_ms),
+        # Not clamped: a value slightly above 100 shows sampling jitter rather than hiding it.
+        "util_pct": _ratio(d["io_ticks_ms"], dt_ms, 100.0),
+    }
+
+
+def derive_intervals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-interval rates from consecutive timestamped samples (DESIGN section 5), per device."""
+    previous: dict[Any, dict[str, Any]] = {}
+    out = []
+    for row in rows:
+        if row.get("t_ns") is None:
+            raise ValueError("derive_intervals needs timestamped samples (sampler output with t_ns)")
+        device = row.get("device")
+        if device in previous:
+            out.append(_interval(previous[device], row))
+        previous[device] = row
+    return out

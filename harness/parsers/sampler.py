@@ -1,0 +1,101 @@
+"""The native sampler in thread mode: one TAB-separated record per thread per sample instant.
+
+::
+
+    # harness-sampler v1 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 clock=monotonic
+    <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>
+    # exit t_ns=...
+    # stop t_ns=... samples=... overruns=...
+
+TABs separate the fields because ``comm`` may contain spaces.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ._common import ParseError, header_fields, text_of
+
+RECORD_FIELDS = 8
+# /proc/PID/task/TID/stat state letters (proc(5)); 'I' (idle kernel thread) only on kernel threads.
+STATES = set("RSDZTtXxIWPK")
+
+
+def _int(value: str, name: str, line: int) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ParseError(f"{name} is not an integer: {value!r}", line=line) from None
+
+
+def parse_sampler_threads(data: bytes) -> list[dict[str, Any]]:
+    """One row per (sample instant, thread)."""
+    rows = []
+    pid: int | None = None
+    for number, raw in enumerate(text_of(data).splitlines(), start=1):
+        if not raw.strip():
+            continue
+        if raw.startswith("#"):
+            fields = header_fields(raw)
+            if "harness-sampler" in raw and "mode" in fields:
+                if fields["mode"] != "threads":
+                    raise ParseError(f"sampler output is mode={fields['mode']}, not mode=threads",
+                                     line=number)
+                pid = _int(fields["pid"], "pid", number) if "pid" in fields else None
+            continue  # '# exit', '# stop' and other comments are metadata
+        # Only strip the newline: a trailing TAB means an empty wchan, not a missing field.
+        parts = raw.rstrip("\r\n").split("\t")
+        if len(parts) != RECORD_FIELDS:
+            raise ParseError(f"expected {RECORD_FIELDS} TAB-separated fields, got {len(parts)}", line=number)
+        t_ns, tid, state, majflt, utime, stime, comm, wchan = parts
+        if state not in STATES:
+            raise ParseError(f"unknown thread state {state!r}", line=number)
+        rows.append({
+            "t_ns": _int(t_ns, "t_ns", number),
+            "pid": pid,
+            "tid": _int(tid, "tid", number),
+            "state": state,
+            "majflt": _int(majflt, "majflt", number),
+            "utime_ticks": _int(utime, "utime_ticks", number),
+            "stime_ticks": _int(stime, "stime_ticks", number),
+            "comm": comm,
+            "wchan": wchan or None,
+        })
+    return rows
+
+
+def thread_state_fractions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per thread: share of its samples running (R), in uninterruptible wait (D, mostly I/O or
+    page-fault I/O) and sleeping (everything else: S, idle I, stopped T...). The three add to 100."""
+    counts: dict[int, dict[str, Any]] = defaultdict(lambda: {"samples": 0, "R": 0, "D": 0, "comm": None})
+    for row in rows:
+        entry = counts[row["tid"]]
+        entry["samples"] += 1
+        entry["comm"] = row["comm"]  # threads rename themselves; keep the latest name
+        if row["state"] in ("R", "D"):
+            entry[row["state"]] += 1
+    out = []
+    for tid in sorted(counts):
+        entry = counts[tid]
+        n = entry["samples"]
+        running, io_wait = 100.0 * entry["R"] / n, 100.0 * entry["D"] / n
+        out.append({
+            "tid": tid,
+            "comm": entry["comm"],
+            "samples": n,
+            "running_pct": running,
+            "io_wait_pct": io_wait,
+            "sleep_pct": 100.0 * (n - entry["R"] - entry["D"]) / n,
+        })
+    return out
+
+
+def any_d_pct(rows: list[dict[str, Any]]) -> float | None:
+    """Share of sample instants at which at least one thread was in D; None without samples."""
+    instants: dict[int, bool] = {}
+    for row in rows:
+        instants[row["t_ns"]] = instants.get(row["t_ns"], False) or row["state"] == "D"
+    if not instants:
+        return None
+    return 100.0 * sum(instants.values()) / len(instants)
