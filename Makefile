@@ -1,0 +1,51 @@
+# The two commands: `make demo` and `make test`. Both set up everything they need first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SYSTEM_PACKAGES := fio gcc make libc6-dev
+
+.PHONY: demo test setup system-deps venv native lint clean
+
+demo: setup
+	$(BIN)/harness run experiments/quickstart.yaml --target local
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+setup: system-deps venv native
+
+# Missing system tools: installed with apt when running as root, otherwise one clear message.
+system-deps:
+	@missing=""; \
+	command -v fio >/dev/null || missing="$$missing fio"; \
+	command -v cc >/dev/null || missing="$$missing gcc libc6-dev"; \
+	command -v make >/dev/null || missing="$$missing make"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing:$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; \
+	  else \
+	    echo "error: missing system packages:$$missing (install them: sudo apt-get install$$missing)" >&2; exit 2; \
+	  fi; \
+	fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+native:
+	$(MAKE) -s -C runner/native
+
+lint: setup
+	$(BIN)/ruff check harness runner tests bench
+
+clean:
+	$(MAKE) -s -C runner/native clean
+	rm -rf $(VENV)

@@ -1,0 +1,283 @@
+"""Execute a plan on targets and leave a result set.
+
+For every run: write the spec, start the runner detached on the target, poll for DONE, pull the
+run directory, verify it against the runner's checksums. A failing run is recorded and the
+campaign goes on; an interrupt stops the current runner cleanly, keeps every finished run and
+leaves the set marked incomplete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness.collectors import COLLECTORS, collector_configs
+from harness.config.target import Target
+from harness.errors import ExpectationError, HarnessError, TargetError, UsageError
+from harness.plan import Plan, PlannedRun
+from harness.results.ingest import write_tables
+from harness.results.store import ResultSetWriter, new_set_id
+from harness.session import TargetSession, open_session
+from harness.steps import STEPS
+
+POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0
+INTERRUPT_GRACE_S = 20.0
+
+
+class Progress(Protocol):
+    def target_started(self, target: str, total: int) -> None: ...
+    def run_started(self, target: str, run: PlannedRun) -> None: ...
+    def run_finished(self, target: str, run: PlannedRun, status: str, error: str | None) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+class QuietProgress:
+    def target_started(self, target: str, total: int) -> None: ...
+    def run_started(self, target: str, run: PlannedRun) -> None: ...
+    def run_finished(self, target: str, run: PlannedRun, status: str, error: str | None) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+@dataclass
+class CampaignResult:
+    path: Path
+    complete: bool
+    statuses: dict[str, int] = field(default_factory=dict)
+    table_rows: dict[str, int] = field(default_factory=dict)
+    figures: list[Path] = field(default_factory=list)
+
+
+class Campaign:
+    def __init__(self, plan: Plan, targets: list[Target], results_dir: Path, *, scratch: str | None = None,
+                 progress: Progress | None = None) -> None:
+        self.plan, self.targets, self.results_dir = plan, targets, results_dir
+        self.scratch = scratch
+        self.progress = progress or QuietProgress()
+        loaded = plan.experiment
+        self.experiment = loaded.experiment
+        self.collectors = collector_configs(self.experiment, loaded.doc)
+        self.set_id = new_set_id(self.experiment.name, loaded.text)
+
+    # ------------------------------------------------------------------ whole campaign
+    def run(self) -> CampaignResult:
+        self._check_expectation_names()
+        writer = ResultSetWriter(self.results_dir, self.set_id)
+        loaded = self.plan.experiment
+        writer.start(experiment_name=self.experiment.name, experiment_path=loaded.path, experiment_text=loaded.text,
+                     targets=[{"name": t.name, "platform": t.platform, "transport": t.transport_kind,
+                               "block_device": t.block_device} for t in self.targets],
+                     plan=[self._planned(t, r) for t in self.targets for r in self.plan.runs])
+        complete = False
+        try:
+            for target in self.targets:
+                self._run_target(writer, target)
+            complete = True
+        finally:
+            result = self._finish(writer, complete)
+        return result
+
+    def _finish(self, writer: ResultSetWriter, complete: bool) -> CampaignResult:
+        # Tables and figures come from whatever runs finished, even after an interrupt.
+        counts = write_tables(writer.path, writer.manifest)
+        figures: list[Path] = []
+        try:
+            from harness.report import render_report
+
+            figures = render_report(writer.path, writer.manifest)
+        except HarnessError as exc:
+            writer.manifest["report_error"] = str(exc)
+        path = writer.finish(complete=complete)
+        figures = [path / "figures" / f.name for f in figures]
+        statuses: dict[str, int] = {}
+        for run in writer.manifest["runs"]:
+            statuses[run["status"]] = statuses.get(run["status"], 0) + 1
+        return CampaignResult(path, complete, statuses, counts, figures)
+
+    def _planned(self, target: Target, run: PlannedRun) -> dict[str, Any]:
+        return {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
+                "cache": run.cache, "round": run.round, "repeat": run.repeat, "params": run.params,
+                "estimate_s": round(run.estimate_s, 1), "status": "pending"}
+
+    def _check_expectation_names(self) -> None:
+        from harness.platforms import PLATFORMS
+
+        doc = self.plan.experiment.doc
+        for target in self.targets:
+            known = PLATFORMS[target.platform].expectations
+            for name in self.experiment.expect:
+                if name not in known:
+                    raise doc.error(("expect", name), f"unknown expectation {name!r} for platform "
+                                    f"{target.platform} (known: {', '.join(known)})")
+
+    # ------------------------------------------------------------------ one target
+    def _run_target(self, writer: ResultSetWriter, target: Target) -> None:
+        session = open_session(target)
+        created: list[str] = []
+        try:
+            files, created = self._prepare_files(session, writer)
+            facts = session.platform.probe(session, list(files.values()))
+            self._record_target(writer, target.name, facts=facts)
+            self._check_expectations(session, writer, facts, "before")
+            self.progress.target_started(target.name, len(self.plan.runs))
+            for run in self.plan.runs:
+                self._run_one(session, writer, run, files)
+            self._check_expectations(session, writer, facts, "after")
+        finally:
+            for path in created:
+                session.transport.run(["rm", "-f", path])
+            session.close()
+
+    def _record_target(self, writer: ResultSetWriter, name: str, **fields: Any) -> None:
+        for entry in writer.manifest["targets"]:
+            if entry["name"] == name:
+                entry.update(fields)
+        writer.save()
+
+    def _check_expectations(self, session: TargetSession, writer: ResultSetWriter, facts: dict[str, Any],
+                            when: str) -> None:
+        if not self.experiment.expect:
+            return
+        if when == "after":
+            facts = session.platform.probe(session, [])
+        results = session.platform.check(self.experiment.expect, facts, session)
+        self._record_target(writer, session.target.name,
+                            **{f"expectations_{when}": [r.__dict__ for r in results]})
+        failed = [r for r in results if not r.ok]
+        if failed:
+            raise ExpectationError(f"target {session.target.name}: expectation {failed[0].name} failed {when} "
+                                   f"the runs: {failed[0].message}")
+
+    def _prepare_files(self, session: TargetSession, writer: ResultSetWriter) -> tuple[dict[str, str], list[str]]:
+        """Resolve named files on the target; create the ``create:`` ones in scratch."""
+        scratch = self.scratch or f"{session.workdir}/scratch/{self.set_id}"
+        files: dict[str, str] = {}
+        created: list[str] = []
+        records: dict[str, Any] = {}
+        for name, spec in self.experiment.named_files().items():
+            if spec.path is not None:
+                path = spec.path
+                probe = session.transport.run(["stat", "-L", "-c", "%s", path])
+                if probe.returncode != 0:
+                    raise UsageError(f"{self.plan.experiment.path}: files.{name}: {path} does not exist on target "
+                                     f"{session.target.name}")
+                records[name] = {"path": path, "size_bytes": int(probe.stdout.split()[0]), "created": False}
+            else:
+                path = f"{scratch}/{name}.bin"
+                self.progress.message(f"{session.target.name}: creating {name} ({spec.create}) in {scratch}")
+                made = session.transport.run([session.python, "-m", "runner", "mkfile", path,
+                                              str(spec.create_bytes)], cwd=session.runner_root)
+                if made.returncode != 0:
+                    raise TargetError(f"target {session.target.name}: cannot create {path}: "
+                                      f"{made.stderr.decode(errors='replace').strip()[-200:]}")
+                created.append(path)
+                records[name] = {"path": path, "size_bytes": spec.create_bytes, "created": True}
+            files[name] = path
+        writer.manifest["files"][session.target.name] = records
+        writer.save()
+        return files, created
+
+    # ------------------------------------------------------------------ one run
+    def _spec(self, session: TargetSession, run: PlannedRun, files: dict[str, str], remote_dir: str) -> dict[str, Any]:
+        step = STEPS[run.step]
+        return {
+            "run_id": run.run_id, "set_id": self.set_id, "target": session.target.name,
+            "params": run.params, "cache": run.cache, "round": run.round, "repeat": run.repeat,
+            "cache_files": [files[name] for name in step.files_read(run.cell.config)],
+            "block_device": session.target.block_device,
+            "native_bin": session.native_bin,
+            "collectors": [COLLECTORS[name].runner_spec(cfg) for name, cfg in self.collectors.items()],
+            "step": {"kind": run.step, **step.runner_spec(run.cell.config, files, run.cache)},
+            "run_dir": remote_dir,
+        }
+
+    def _run_one(self, session: TargetSession, writer: ResultSetWriter, run: PlannedRun,
+                 files: dict[str, str]) -> None:
+        target = session.target.name
+        remote_dir = f"{session.workdir}/runs/{self.set_id}/{run.run_id}"
+        spec = self._spec(session, run, files, remote_dir)
+        self.progress.run_started(target, run)
+        with tempfile.TemporaryDirectory() as tmp:
+            spec_path = Path(tmp) / "spec.json"
+            spec_path.write_text(json.dumps(spec, indent=1))
+            session.transport.put(spec_path, f"{remote_dir}/spec.json")
+        pid = session.transport.start_detached([session.python, "-m", "runner", "run", f"{remote_dir}/spec.json"],
+                                               cwd=session.runner_root, log=f"{remote_dir}/runner.log")
+        writer.update_run(run.run_id, status="running", runner_pid=pid)
+        try:
+            died = self._wait_done(session, remote_dir, pid, spec)
+        except KeyboardInterrupt:
+            self._stop_runner(session, remote_dir, pid)
+            self._pull(session, writer, run, remote_dir, default_status="interrupted")
+            raise
+        self._pull(session, writer, run, remote_dir, default_status="failed" if died else "unknown")
+
+    def _wait_done(self, session: TargetSession, remote_dir: str, pid: int, spec: dict[str, Any]) -> bool:
+        """Poll for DONE; True when the runner died without writing it."""
+        delay = POLL_FIRST_S
+        while not session.transport.exists(f"{remote_dir}/DONE"):
+            if not session.transport.alive(pid):
+                return not session.transport.exists(f"{remote_dir}/DONE")
+            time.sleep(delay)
+            delay = min(delay * 1.5, POLL_MAX_S)
+        # the runner writes DONE last; give it a moment to exit so no process is left behind
+        for _ in range(100):
+            if not session.transport.alive(pid):
+                break
+            time.sleep(0.05)
+        return False
+
+    def _stop_runner(self, session: TargetSession, remote_dir: str, pid: int) -> None:
+        self.progress.message(f"{session.target.name}: interrupt: stopping the runner (pid {pid})")
+        session.transport.signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + INTERRUPT_GRACE_S
+        while session.transport.alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if session.transport.alive(pid):
+            session.transport.signal(pid, signal.SIGKILL)
+
+    def _pull(self, session: TargetSession, writer: ResultSetWriter, run: PlannedRun, remote_dir: str,
+              default_status: str) -> None:
+        target = session.target.name
+        local = writer.raw_dir(target, run.run_id)
+        status, error = default_status, None
+        try:
+            session.transport.get(remote_dir, local)
+            verify_checksums(local)
+            record = json.loads((local / "run.json").read_text()) if (local / "run.json").exists() else None
+        except (TargetError, OSError, ValueError) as exc:
+            record, error = None, f"pull failed: {exc}"
+        if record is not None:
+            status, error = record["status"], record.get("error")
+        elif error is None:
+            log = local / "runner.log"
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+            error = "runner died without DONE" + (": " + " | ".join(tail) if tail else "")
+        writer.update_run(run.run_id, status=status, error=error)
+        self.progress.run_finished(target, run, status, error)
+        session.transport.run(["rm", "-rf", remote_dir])
+
+
+def verify_checksums(run_dir: Path) -> None:
+    """Compare every file against the runner's SHA256SUMS; a mismatch is a failed pull."""
+    sums = run_dir / "SHA256SUMS"
+    if not sums.exists():
+        return  # a runner that died early wrote none; the record says so
+    for line in sums.read_text().splitlines():
+        if not line.strip():
+            continue
+        digest, rel = line.split("  ", 1)
+        path = run_dir / rel
+        actual = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "missing"
+        if actual != digest:
+            raise TargetError(f"{path}: checksum mismatch after pull")
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

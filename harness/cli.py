@@ -1,0 +1,64 @@
+"""``harness`` command line. Each subcommand lives in ``harness/commands/`` (one module each).
+
+Errors meant for users (HarnessError) print one line and exit with their code (2 for bad input);
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+from rich.console import Console
+
+from harness.errors import HarnessError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Measure MoE LLMs streamed from SSD/flash on edge boards.")
+results_app = typer.Typer(no_args_is_help=True, help="List and inspect result sets.")
+app.add_typer(results_app, name="results")
+
+err_console = Console(stderr=True)
+_state = {"debug": False}
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks for errors")) -> None:
+    _state["debug"] = debug
+
+
+def _register() -> None:
+    from harness.commands import parse, plan, report, results, run, targets
+
+    for module in (run, plan, targets, report, parse):
+        module.register(app)
+    results.register(results_app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _register()
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        app(args=argv, standalone_mode=False)
+    except HarnessError as exc:
+        if debug:
+            raise
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        err_console.print("interrupted")
+        return 130
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""``harness parse KIND FILE``: any parser on any captured file, as tidy rows."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import typer
+
+from harness.errors import UsageError
+from harness.parsers import PARSERS, ParseError, parse as run_parser
+
+
+def parse(kind: str = typer.Argument(..., help="parser kind (fio, blockstat, tegrastats, ...)"),
+          file: Path = typer.Argument(..., help="captured output; '-' for stdin"),
+          fmt: str = typer.Option("json", "--format", help="json (array of objects) or csv")) -> None:
+    """Print the tidy rows a parser reads from FILE."""
+    if kind not in PARSERS:
+        raise UsageError(f"unknown kind {kind!r} (known: {', '.join(sorted(PARSERS))})")
+    if fmt not in ("json", "csv"):
+        raise UsageError(f"--format: expected json or csv, got {fmt!r}")
+    try:
+        data = typer.get_binary_stream("stdin").read() if str(file) == "-" else file.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{file}: {exc.strerror}") from None
+    try:
+        rows = run_parser(kind, data)
+    except ParseError as exc:
+        raise UsageError(f"{file}: {exc}") from None
+    if fmt == "json":
+        typer.echo(json.dumps(rows, indent=1, default=str))
+        return
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+    typer.echo(buffer.getvalue(), nl=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(parse)

@@ -1,0 +1,77 @@
+"""``harness run EXPERIMENT``: execute it and leave a result set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness.campaign import Campaign, CampaignResult
+from harness.commands.common import ResultsOpt, TargetsDirOpt, console, frame_table
+from harness.config.experiment import load_experiment
+from harness.config.target import load_targets, select_targets
+from harness.plan import PlannedRun, build_plan
+from harness.report import fio_summary, read_summary
+from harness.results.loader import load_result_set
+
+
+class RichProgress:
+    """Campaign progress as one Rich bar per target plus a line per failed run."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress, self.tasks = progress, {}
+
+    def target_started(self, target: str, total: int) -> None:
+        self.tasks[target] = self.progress.add_task(target, total=total, run="")
+
+    def run_started(self, target: str, run: PlannedRun) -> None:
+        self.progress.update(self.tasks[target], run=run.run_id)
+
+    def run_finished(self, target: str, run: PlannedRun, status: str, error: str | None) -> None:
+        self.progress.advance(self.tasks[target])
+        if status != "ok":
+            self.progress.console.print(f"[yellow]{target} {run.run_id}: {status}[/] {error or ''}", highlight=False)
+
+    def message(self, text: str) -> None:
+        self.progress.console.print(text, highlight=False)
+
+
+def print_summary(result: CampaignResult) -> None:
+    rs = load_result_set(result.path)
+    state = "complete" if result.complete else "INCOMPLETE"
+    console.print(f"\nresult set ({state}): [bold]{result.path}[/]")
+    console.print("runs: " + ", ".join(f"{n} {s}" for s, n in sorted(result.statuses.items())))
+    fio = fio_summary(rs)
+    if not fio.empty:
+        console.print(frame_table(fio, "fio ladder (read MB/s, mean over runs)"))
+    reads = read_summary(rs)
+    if not reads.empty:
+        console.print(frame_table(reads.drop(columns=["target"]), "read baseline: device bytes vs file bytes"))
+    for figure in result.figures:
+        if figure.suffix == ".png":
+            console.print(f"figure: {figure}")
+    console.print(f"report: {result.path / 'report.md'}")
+
+
+def run(experiment: Path = typer.Argument(..., help="experiment YAML"),
+        target: list[str] = typer.Option(None, "--target", "-t", help="target name or tag:X (repeatable)"),
+        results: Path = ResultsOpt,
+        scratch: str = typer.Option(None, "--scratch", help="directory on the target for created data files"),
+        targets_dir: Path = TargetsDirOpt) -> None:
+    """Run an experiment on its targets and write a result set."""
+    loaded = load_experiment(experiment)
+    chosen = select_targets(target or loaded.experiment.targets, load_targets(targets_dir), source=str(experiment))
+    the_plan = build_plan(loaded)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[run]}"))
+    with Progress(*columns, console=console, transient=False) as progress:
+        campaign = Campaign(the_plan, chosen, results, scratch=scratch, progress=RichProgress(progress))
+        result = campaign.run()
+    print_summary(result)
+    if not result.complete:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(run)

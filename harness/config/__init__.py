@@ -1,0 +1,1 @@
+"""Configuration: experiment and target YAML, validated with pydantic, errors with file:line."""

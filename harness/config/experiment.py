@@ -1,0 +1,106 @@
+"""The experiment YAML: what to run, where, in which order, with which collectors.
+
+Steps and collectors are validated against their registries (``harness.steps``,
+``harness.collectors``) so a new kind needs no change here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from harness.config.validate import StrictModel, validate
+from harness.config.yamlsrc import YamlDoc, load_yaml
+from harness.units import parse_size
+
+Scalar = str | int | float | bool
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+RESERVED_PARAMS = {"run_id", "target", "step", "cache", "round", "repeat", "status", "index"}
+
+
+class FileSpec(StrictModel):
+    """A file the steps read: an existing ``path`` on the target, or one to ``create`` in scratch."""
+
+    path: str | None = None
+    create: str | int | None = Field(default=None, description="size of a data file to create, e.g. 1G")
+
+    @field_validator("create")
+    @classmethod
+    def _size(cls, value: str | int | None) -> str | int | None:
+        if value is not None and parse_size(value) <= 0:
+            raise ValueError("expected a positive size like 1G")
+        return value
+
+    @model_validator(mode="after")
+    def _one_of(self) -> FileSpec:
+        if (self.path is None) == (self.create is None):
+            raise ValueError("give exactly one of 'path' (an existing file) or 'create' (a size)")
+        return self
+
+    @property
+    def create_bytes(self) -> int | None:
+        return None if self.create is None else parse_size(self.create)
+
+
+class Experiment(StrictModel):
+    name: Annotated[str, Field(pattern=_NAME.pattern)]
+    description: str = ""
+    targets: list[str] = Field(default_factory=lambda: ["local"], min_length=1)
+    expect: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    files: dict[str, FileSpec] = Field(default_factory=dict)
+    matrix: dict[str, list[Scalar]] = Field(default_factory=dict)
+    repeat: Annotated[int, Field(ge=1)] = 1
+    rounds: Annotated[int, Field(ge=1)] = 1
+    cache: Literal["cold", "warm", "both", "none"] = "cold"
+    collect: dict[str, dict[str, Any] | None] | list[str] = Field(default_factory=list)
+    steps: list[dict[str, Any]] = Field(min_length=1)
+
+    @field_validator("matrix")
+    @classmethod
+    def _matrix_names(cls, value: dict[str, list[Scalar]]) -> dict[str, list[Scalar]]:
+        for key in value:
+            if not _NAME.match(key) or key in RESERVED_PARAMS:
+                raise ValueError(f"matrix key {key!r} is reserved or not a plain name")
+        return value
+
+    @model_validator(mode="after")
+    def _model_is_a_file(self) -> Experiment:
+        if self.model is not None and "model" in self.files:
+            raise ValueError("'model' is given twice: as model: and as files.model")
+        return self
+
+    def named_files(self) -> dict[str, FileSpec]:
+        files = dict(self.files)
+        if self.model is not None:
+            files["model"] = FileSpec(path=self.model)
+        return files
+
+    def collectors(self) -> dict[str, dict[str, Any]]:
+        if isinstance(self.collect, list):
+            return {name: {} for name in self.collect}
+        return {name: dict(cfg or {}) for name, cfg in self.collect.items()}
+
+
+class LoadedExperiment:
+    """An experiment plus the source it came from (for error lines and the manifest copy)."""
+
+    def __init__(self, experiment: Experiment, doc: YamlDoc, path: Path, text: str) -> None:
+        self.experiment, self.doc, self.path, self.text = experiment, doc, path, text
+
+
+def load_experiment(path: Path) -> LoadedExperiment:
+    doc = load_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise doc.error((), "an experiment must be a mapping with name, steps, ...")
+    experiment = validate(Experiment, doc.data, doc)
+    # Check every step and collector against its registry now, so a typo fails before any run.
+    from harness.collectors import check_collectors
+    from harness.steps import check_steps
+
+    check_steps(experiment, doc)
+    check_collectors(experiment, doc)
+    return LoadedExperiment(experiment, doc, path, path.read_text(encoding="utf-8"))

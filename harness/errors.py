@@ -1,0 +1,56 @@
+"""One exception tree; every message is written for the person running the harness.
+
+The CLI prints ``str(error)`` on one line and exits with ``error.exit_code``; a traceback is
+shown only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Base of every error the harness reports to its user."""
+
+    exit_code = 1
+
+
+class UsageError(HarnessError):
+    """Bad input from the user: a file, a flag, a name. Exit code 2."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """An experiment or target YAML file is wrong; names file, line and field."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.file, self.line, self.field = file, line, field
+        where = file or "<config>"
+        if line is not None:
+            where = f"{where}:{line}"
+        prefix = f"{where}: " + (f"{field}: " if field else "")
+        super().__init__(prefix + message)
+
+
+class ToolMissingError(UsageError):
+    """A required program (fio, make, a C compiler) is not installed where it is needed."""
+
+
+class TargetError(HarnessError):
+    """A target cannot be reached or does not behave as its inventory says."""
+
+
+class ExpectationError(HarnessError):
+    """A board-state expectation failed (power mode, clocks, memory...)."""
+
+
+class StepError(HarnessError):
+    """A step failed on the target; the run is marked failed and the campaign goes on."""
+
+
+class ResultSetError(UsageError):
+    """A result set is missing, incomplete where it must be complete, or of another schema."""
+
+
+class EmulationError(UsageError):
+    """The machine does not allow the requested board emulation; the run is refused."""

@@ -1,0 +1,115 @@
+"""Figures (DESIGN.md section 7) from a result set's tables. Each returns the paths it wrote.
+
+Every figure carries the set id and the settings it was made under in its PNG/SVG metadata and in
+a footer, so a figure that travels alone still says where it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from harness import __version__  # noqa: E402
+from harness.steps.fio import LADDER  # noqa: E402
+
+MB = 1e6
+
+
+def _save(fig: Any, out_dir: Path, name: str, set_id: str, settings: str) -> list[Path]:
+    fig.text(0.01, 0.005, f"{set_id} · {settings}", fontsize=6, color="0.4", ha="left", va="bottom")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in ("png", "svg"):
+        path = out_dir / f"{name}.{ext}"
+        meta = {"Title": name, "Description": f"set {set_id}; {settings}"}
+        if ext == "png":
+            meta["Software"] = f"harness {__version__}"
+        fig.savefig(path, dpi=120, metadata=meta, bbox_inches="tight")
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def _ordered_jobs(names: Iterable[str]) -> list[str]:
+    names = list(dict.fromkeys(names))
+    return sorted(names, key=lambda n: (LADDER.index(n) if n in LADDER else len(LADDER), n))
+
+
+def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
+    """Read MB/s per fio job (the QD ladder), mean ± sd over runs, one bar per cache condition."""
+    if fio.empty:
+        return []
+    data = fio.merge(runs[["run_id", "cache"]], on="run_id", how="left")
+    data["read_mbps"] = data["read_bw_bytes_per_s"] / MB
+    stats = data.groupby(["target", "job_name", "cache"])["read_mbps"].agg(["mean", "std", "count"]).reset_index()
+    jobs = _ordered_jobs(stats["job_name"])
+    targets = list(dict.fromkeys(stats["target"]))
+    caches = list(dict.fromkeys(stats["cache"]))
+    fig, axes = plt.subplots(1, len(targets), figsize=(max(6, 1.4 * len(jobs)) * len(targets), 4), squeeze=False)
+    width = 0.8 / max(1, len(caches))
+    for ax, target in zip(axes[0], targets, strict=True):
+        for i, cache in enumerate(caches):
+            sub = stats[(stats["target"] == target) & (stats["cache"] == cache)].set_index("job_name")
+            xs = [j + (i - (len(caches) - 1) / 2) * width for j in range(len(jobs))]
+            means = [sub["mean"].get(job, float("nan")) for job in jobs]
+            sds = [sub["std"].get(job, float("nan")) for job in jobs]
+            bars = ax.bar(xs, means, width, yerr=[0 if pd.isna(s) else s for s in sds], capsize=3, label=cache)
+            ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
+        ax.set_xticks(range(len(jobs)), jobs, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel("read MB/s (mean ± sd)")
+        ax.set_title(f"fio ladder on {target}")
+        ax.legend(title="cache", fontsize=8)
+    return _save(fig, out_dir, "fio_ladder", set_id, settings)
+
+
+def timeline(runs: pd.DataFrame, blockstat: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
+    """Device read MB/s and average in-flight I/O over the campaign, runs shaded and labelled."""
+    if blockstat.empty or "read_bytes_per_s" not in blockstat:
+        return []
+    figures: list[Path] = []
+    for target in dict.fromkeys(blockstat["target"]):
+        bs = blockstat[(blockstat["target"] == target) & blockstat["read_bytes_per_s"].notna()]
+        rs = runs[(runs["target"] == target) & runs["step_start_mono_ns"].notna()].sort_values("step_start_mono_ns")
+        if bs.empty or rs.empty:
+            continue
+        t0 = rs["step_start_mono_ns"].min()
+        t = (bs["t_ns"] - t0) / 1e9
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 5), sharex=True)
+        ax1.plot(t, bs["read_bytes_per_s"] / MB, lw=0.6)
+        ax1.set_ylabel("device read MB/s")
+        ax2.plot(t, bs["avg_inflight"], lw=0.6, color="tab:orange")
+        ax2.set_ylabel("avg in-flight I/O")
+        ax2.set_xlabel("seconds since the first step started")
+        for k, (_, run) in enumerate(rs.iterrows()):
+            start, end = (run["step_start_mono_ns"] - t0) / 1e9, (run["step_end_mono_ns"] - t0) / 1e9
+            for ax in (ax1, ax2):
+                ax.axvspan(start, end, color="0.85" if k % 2 else "0.93", zorder=0)
+            ax1.annotate(f"{run['step']} {run['cache']}", ((start + end) / 2, 1.0), xycoords=("data", "axes fraction"),
+                         fontsize=6, rotation=90, ha="center", va="top", color="0.3")
+        ax1.set_title(f"run timeline on {target}")
+        figures += _save(fig, out_dir, f"timeline_{target}", set_id, settings)
+    return figures
+
+
+def read_accounting(runs: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
+    """Bytes the device delivered per read run, relative to the file size: ~1 cold, ~0 warm."""
+    reads = runs[(runs["step"] == "read") & runs.get("dev_read_bytes", pd.Series(dtype=float)).notna()]
+    if reads.empty or "cache_files_bytes" not in reads:
+        return []
+    reads = reads.assign(ratio=reads["dev_read_bytes"] / reads["cache_files_bytes"],
+                         label=reads["run_id"].str.split("-").str[1:].str.join("-"))
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(reads)), 3.6))
+    colors = reads["cache"].map({"cold": "tab:blue", "warm": "tab:orange"}).fillna("0.5")
+    ax.bar(range(len(reads)), reads["ratio"], color=colors)
+    ax.axhline(1.0, color="0.3", lw=0.8, ls="--")
+    ax.set_xticks(range(len(reads)), reads["label"], rotation=60, ha="right", fontsize=6)
+    ax.set_ylabel("device read bytes / file bytes")
+    ax.set_title("block-stat accounting: cold ≈ 1, warm ≈ 0")
+    return _save(fig, out_dir, "read_accounting", set_id, settings)

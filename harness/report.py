@@ -1,0 +1,92 @@
+"""Regenerate a result set's figures and report.md from its tables (never from raw files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness import plots
+from harness.results.loader import ResultSet, load_result_set
+
+MB = 1e6
+
+
+def settings_line(manifest: dict[str, Any]) -> str:
+    exp = manifest.get("experiment", {}).get("name", "?")
+    targets = ",".join(t["name"] for t in manifest.get("targets", []))
+    return f"experiment {exp} · targets {targets} · harness {manifest.get('harness', {}).get('version')}"
+
+
+def fio_summary(rs: ResultSet) -> pd.DataFrame:
+    fio, runs = rs.table("fio"), rs.table("runs")
+    if fio.empty:
+        return pd.DataFrame()
+    data = fio.merge(runs[["run_id", "cache"]], on="run_id", how="left")
+    data["read_mbps"] = data["read_bw_bytes_per_s"] / MB
+    data["p99_ms"] = data["read_clat_p99_ns"] / 1e6
+    out = data.groupby(["target", "job_name", "cache"]).agg(
+        runs=("read_mbps", "size"), read_mbps=("read_mbps", "mean"), read_mbps_sd=("read_mbps", "std"),
+        read_iops=("read_iops", "mean"), p99_ms=("p99_ms", "mean")).reset_index()
+    order = {name: i for i, name in enumerate(plots._ordered_jobs(out["job_name"]))}
+    return out.sort_values(["target", "cache", "job_name"], key=lambda c: c.map(order) if c.name == "job_name" else c)
+
+
+def read_summary(rs: ResultSet) -> pd.DataFrame:
+    runs = rs.table("runs")
+    if runs.empty or "dev_read_bytes" not in runs:
+        return pd.DataFrame()
+    reads = runs[runs["step"] == "read"].copy()
+    if reads.empty:
+        return pd.DataFrame()
+    reads["dev_read_mb"] = reads["dev_read_bytes"] / MB
+    reads["file_mb"] = reads["cache_files_bytes"] / MB
+    reads["step_mbps"] = reads["cache_files_bytes"] / reads["step_duration_s"] / MB
+    cols = ["run_id", "target", "cache", "status", "residency_before_pct", "file_mb", "dev_read_mb", "step_mbps"]
+    return reads[[c for c in cols if c in reads]]
+
+
+def render_report(path: Path, manifest: dict[str, Any] | None = None) -> list[Path]:
+    rs = load_result_set(path)
+    manifest = manifest or rs.manifest
+    set_id, settings = manifest["set_id"], settings_line(manifest)
+    out = rs.path / "figures"
+    runs = rs.table("runs")
+    figures: list[Path] = []
+    if not runs.empty:
+        figures += plots.fio_ladder(runs, rs.table("fio"), out, set_id, settings)
+        figures += plots.timeline(runs, rs.table("blockstat"), out, set_id, settings)
+        figures += plots.read_accounting(runs, out, set_id, settings)
+    _write_markdown(rs, manifest, [f for f in figures if f.suffix == ".png"])
+    return figures
+
+
+def _table(frame: pd.DataFrame) -> str:
+    return frame.to_markdown(index=False, floatfmt=".1f") if not frame.empty else "_no data_"
+
+
+def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]) -> None:
+    runs = rs.table("runs")
+    lines = [f"# {manifest['set_id']}", "",
+             f"- experiment: `{manifest['experiment']['name']}` (sha256 {manifest['experiment']['sha256'][:12]})",
+             f"- status: **{manifest.get('status')}**, started {manifest.get('started')}, ended {manifest.get('ended')}",
+             f"- harness {manifest['harness']['version']} ({manifest['harness'].get('git_revision')}), "
+             f"controller {manifest['controller']['host']}", ""]
+    lines += ["## Targets", ""]
+    for target in manifest.get("targets", []):
+        facts = target.get("facts") or {}
+        lines.append(f"- **{target['name']}** ({target['platform']}): {facts.get('cpu_model')}, "
+                     f"{facts.get('cpu_count')} CPUs, kernel {facts.get('kernel')}, device "
+                     f"{facts.get('block_device')} (read_ahead_kb {facts.get('block_read_ahead_kb')})")
+    lines += ["", "## Runs", ""]
+    if not runs.empty:
+        counts = runs.groupby(["step", "cache", "status"]).size().reset_index(name="runs")
+        lines += [_table(counts), ""]
+        failed = runs[runs["status"] != "ok"]
+        for _, run in failed.iterrows():
+            lines.append(f"- `{run['run_id']}` {run['status']}: {run.get('error')}")
+    lines += ["", "## fio ladder", "", _table(fio_summary(rs)), "", "## Read baseline (block-stat accounting)", "",
+              _table(read_summary(rs)), "", "## Figures", ""]
+    lines += [f"![{f.stem}](figures/{f.name})" for f in figures]
+    (rs.path / "report.md").write_text("\n".join(lines) + "\n")

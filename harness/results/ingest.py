@@ -1,0 +1,128 @@
+"""Raw run directories -> tidy tables (parquet). Pure reading: the raw files are never changed.
+
+Every row carries ``run_id`` and ``target`` so any table joins onto ``runs`` for the matrix
+parameters, cache condition and round.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.collectors import COLLECTORS
+from harness.parsers import ParseError, parse
+from harness.parsers.blockstat import delta as blockstat_delta
+from harness.steps import STEPS
+
+Rows = list[dict[str, Any]]
+
+# A cold run that moved less than this share of its files from the device is suspect (MLPerf TEST04 idea).
+COLD_READ_SUSPECT_FRACTION = 0.05
+
+
+def _stat_row(line: str | None) -> dict[str, Any] | None:
+    if not line:
+        return None
+    try:
+        return parse("blockstat", line.encode())[0]
+    except (ParseError, IndexError):
+        return None
+
+
+def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
+    """One row of the ``runs`` table: plan, status, timings, entry state, cache, device deltas."""
+    row: dict[str, Any] = {k: planned[k] for k in ("run_id", "index", "target", "step", "cache", "round", "repeat")}
+    row.update(planned.get("params", {}))
+    row["status"] = planned.get("status", "planned")
+    if record is None:
+        return row
+    row["status"] = record.get("status", row["status"])
+    row["error"] = record.get("error")
+    started, ended = record.get("step_started"), record.get("step_ended")
+    row["started_wall"] = (record.get("started") or {}).get("wall")
+    if started and ended:
+        row["step_start_mono_ns"] = started["mono_ns"]
+        row["step_end_mono_ns"] = ended["mono_ns"]
+        row["step_duration_s"] = (ended["mono_ns"] - started["mono_ns"]) / 1e9
+    row["block_device"] = record.get("block_device")
+    for key, value in (record.get("entry_state") or {}).items():
+        row[f"entry_{key}"] = value
+    cache = record.get("cache") or {}
+    before, after = cache.get("before") or [], cache.get("after") or []
+    row["residency_before_pct"] = max((r["resident_pct"] for r in before), default=None)
+    row["residency_after_pct"] = max((r["resident_pct"] for r in after), default=None)
+    file_bytes = sum(r["size_bytes"] for r in before) if before else None
+    row["cache_files_bytes"] = file_bytes
+    stat_before, stat_after = _stat_row(record.get("blockstat_before")), _stat_row(record.get("blockstat_after"))
+    if stat_before and stat_after:
+        moved = blockstat_delta(stat_before, stat_after)
+        for key in ("read_bytes", "read_ios", "write_bytes", "io_ticks_ms", "time_in_queue_ms", "avg_read_io_bytes"):
+            row[f"dev_{key}"] = moved.get(key)
+        seconds = row.get("step_duration_s")
+        if seconds and moved.get("read_bytes") is not None:
+            row["dev_read_bytes_per_s"] = moved["read_bytes"] / seconds
+    for name, usage in (record.get("rusage") or {}).items():
+        for key, value in usage.items():
+            row[f"proc_{key}"] = value
+        break  # the step's main process
+    row["cold_read_suspect"] = bool(
+        row["cache"] == "cold" and row["status"] == "ok" and file_bytes and row.get("dev_read_bytes") is not None
+        and row["step"] == "read" and row["dev_read_bytes"] < COLD_READ_SUSPECT_FRACTION * file_bytes)
+    return row
+
+
+def ingest_run(raw_dir: Path, planned: dict[str, Any]) -> dict[str, Rows]:
+    """All table rows one run contributes."""
+    record_path = raw_dir / "run.json"
+    record = json.loads(record_path.read_text()) if record_path.exists() else None
+    tables: dict[str, Rows] = {"runs": [run_row(planned, record)]}
+    if record is None:
+        return tables
+    pieces: list[dict[str, Rows]] = [STEPS[planned["step"]].ingest(raw_dir, record)]
+    for spec in record["spec"].get("collectors", []):
+        pieces.append(COLLECTORS[spec["kind"]].ingest(raw_dir, record))
+    t0 = (record.get("step_started") or {}).get("mono_ns")
+    for piece in pieces:
+        for table, rows in piece.items():
+            for row in rows:
+                row["run_id"], row["target"] = planned["run_id"], planned["target"]
+                if t0 is not None and row.get("t_ns") is not None:
+                    row["t_rel_s"] = (row["t_ns"] - t0) / 1e9
+            tables.setdefault(table, []).extend(rows)
+    return tables
+
+
+def _frame(rows: Rows) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    for column in frame.columns:
+        # lists (e.g. per-core frequencies) and mixed objects are stored as JSON text for parquet
+        if frame[column].dtype == object and frame[column].map(lambda v: isinstance(v, (list, dict))).any():
+            frame[column] = frame[column].map(lambda v: None if v is None else json.dumps(v))
+    return frame
+
+
+def write_tables(set_path: Path, manifest: dict[str, Any]) -> dict[str, int]:
+    """(Re)build every table of a result set from its raw directories; return row counts."""
+    tables: dict[str, Rows] = {"runs": []}
+    for planned in manifest["runs"]:
+        raw_dir = set_path / "raw" / planned["target"] / planned["run_id"]
+        for table, rows in ingest_run(raw_dir, planned).items():
+            tables.setdefault(table, []).extend(rows)
+    facts: Rows = []
+    for target in manifest.get("targets", []):
+        for key, value in sorted((target.get("facts") or {}).items()):
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            facts.append({"target": target["name"], "key": key, "value": str(value)})
+    tables["facts"] = facts
+    out = set_path / "tables"
+    out.mkdir(exist_ok=True)
+    counts = {}
+    for name, rows in tables.items():
+        _frame(rows).to_parquet(out / f"{name}.parquet", index=False)
+        counts[name] = len(rows)
+    return counts

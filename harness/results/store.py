@@ -1,0 +1,104 @@
+"""Writing a result set: under ``<set-id>.incomplete`` until the campaign ends, then renamed.
+
+An interrupted campaign therefore leaves a directory whose name and manifest both say
+"incomplete"; nothing ever looks complete that is not.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.errors import ResultSetError
+from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION
+
+
+def new_set_id(experiment_name: str, experiment_text: str, when: dt.datetime | None = None) -> str:
+    when = when or dt.datetime.now()
+    digest = hashlib.sha256(f"{experiment_text}{when.isoformat()}{os.getpid()}".encode()).hexdigest()[:6]
+    return f"{when:%Y%m%d-%H%M%S}-{experiment_name}-{digest}"
+
+
+def git_revision(path: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=5, check=False).stdout.strip()
+    return out.stdout.strip() + ("-dirty" if dirty else "")
+
+
+class ResultSetWriter:
+    def __init__(self, results_dir: Path, set_id: str) -> None:
+        self.results_dir, self.set_id = results_dir, set_id
+        self.final_path = results_dir / set_id
+        self.path = results_dir / (set_id + INCOMPLETE_SUFFIX)
+        try:
+            results_dir.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir()
+            probe = self.path / ".write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise ResultSetError(f"{results_dir}: results directory is not writable ({exc.strerror})") from None
+        for sub in ("raw", "tables", "figures"):
+            (self.path / sub).mkdir()
+        self.manifest: dict[str, Any] = {}
+
+    def start(self, *, experiment_name: str, experiment_path: Path, experiment_text: str,
+              targets: list[dict[str, Any]], plan: list[dict[str, Any]]) -> None:
+        repo = Path(__file__).resolve().parents[2]
+        self.manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "set_id": self.set_id,
+            "status": "incomplete",
+            "experiment": {"name": experiment_name, "path": str(experiment_path),
+                           "sha256": hashlib.sha256(experiment_text.encode()).hexdigest()},
+            "harness": {"version": __version__, "git_revision": git_revision(repo)},
+            "controller": {"host": platform.node(), "python": platform.python_version()},
+            "started": _iso_now(),
+            "ended": None,
+            "targets": targets,
+            "files": {},
+            "runs": plan,
+        }
+        (self.path / "experiment.yaml").write_text(experiment_text, encoding="utf-8")
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path / "manifest.json.tmp"
+        tmp.write_text(json.dumps(self.manifest, indent=1, sort_keys=False, default=str) + "\n")
+        os.replace(tmp, self.path / "manifest.json")
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        for run in self.manifest["runs"]:
+            if run["run_id"] == run_id:
+                run.update(fields)
+        self.save()
+
+    def raw_dir(self, target: str, run_id: str) -> Path:
+        return self.path / "raw" / target / run_id
+
+    def finish(self, *, complete: bool) -> Path:
+        self.manifest["ended"] = _iso_now()
+        self.manifest["status"] = "complete" if complete else "incomplete"
+        self.save()
+        if complete:
+            os.replace(self.path, self.final_path)
+            self.path = self.final_path
+        return self.path
+
+
+def _iso_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")

@@ -1,0 +1,60 @@
+"""A connection to one target for one campaign: transport, platform, and where the runner lives."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.config.target import Target
+from harness.errors import TargetError, ToolMissingError
+from harness.platforms import PLATFORMS, Platform
+from harness.transport import Transport, connect
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RUNNER_DIR = REPO_ROOT / "runner"
+NATIVE_DIR = RUNNER_DIR / "native"
+
+
+@dataclass
+class TargetSession:
+    target: Target
+    transport: Transport
+    platform: Platform
+    runner_root: str  # the directory that holds the runner package on the target
+    native_bin: str
+
+    @property
+    def python(self) -> str:
+        return self.target.python
+
+    @property
+    def workdir(self) -> str:
+        return self.target.workdir
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def build_native_here() -> Path:
+    """Build runner/native with make on this machine; one clear error when tools are missing."""
+    missing = [tool for tool in ("make", "cc") if shutil.which(tool) is None]
+    if missing:
+        raise ToolMissingError(f"cannot build runner/native: {', '.join(missing)} not installed "
+                               "(apt-get install make gcc)")
+    done = subprocess.run(["make", "-s", "-C", str(NATIVE_DIR)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+        raise ToolMissingError(f"building runner/native failed: {tail[0]}")
+    return NATIVE_DIR / "bin"
+
+
+def open_session(target: Target) -> TargetSession:
+    transport = connect(target)
+    platform = PLATFORMS[target.platform]
+    if target.transport_kind == "local":
+        # The local target runs the runner straight from this checkout: nothing to deploy.
+        native_bin = build_native_here()
+        return TargetSession(target, transport, platform, str(REPO_ROOT), str(native_bin))
+    raise TargetError(f"target {target.name}: transport {target.transport_kind!r} has no deploy step yet")

@@ -1,0 +1,60 @@
+"""Steps: what a run does. Each kind is a small class registered by name.
+
+The controller side of a step validates its config, expands it into a concrete spec for the runner
+(presets, file paths, cache-dependent options), estimates its duration, and turns the run directory
+the runner produced into table rows. The target side lives in ``runner/steps``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.config.validate import StrictModel
+
+Rows = list[dict[str, Any]]
+
+
+class StepKind:
+    name: ClassVar[str]
+    Config: ClassVar[type[StrictModel]]
+
+    def files_read(self, config: Any) -> list[str]:
+        """Named files (keys of the experiment's files) whose cache state the run controls."""
+        return [config.file] if getattr(config, "file", None) else []
+
+    def estimate_s(self, config: Any, file_sizes: dict[str, int]) -> float:
+        raise NotImplementedError
+
+    def runner_spec(self, config: Any, files: dict[str, str], cache: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        """Table rows from one run directory (``run_id`` is added by the caller)."""
+        return {}
+
+
+STEPS: dict[str, StepKind] = {}
+
+
+def register_step(cls: type[StepKind]) -> type[StepKind]:
+    STEPS[cls.name] = cls()
+    return cls
+
+
+def check_steps(experiment: Any, doc: Any) -> None:
+    """Structural checks; the typed validation happens per matrix cell in ``harness.plan``."""
+    for index, item in enumerate(experiment.steps):
+        loc = ("steps", index)
+        if not isinstance(item, dict) or len(item) != 1:
+            raise doc.error(loc, "each step is a mapping with one key, the step kind, e.g. '- fio: {...}'")
+        kind = next(iter(item))
+        if kind not in STEPS:
+            raise doc.error(loc + (kind,), f"unknown step {kind!r} (known: {', '.join(sorted(STEPS))})")
+        config = item[kind]
+        if config is not None and not isinstance(config, dict):
+            raise doc.error(loc + (kind,), "expected a mapping of step options")
+
+
+from harness.steps import fio as _fio  # noqa: E402,F401  (registers)
+from harness.steps import read as _read  # noqa: E402,F401

@@ -1,0 +1,90 @@
+"""The ``fio`` step: a ladder of read jobs against one named file, JSON output, read-only always.
+
+Presets follow the seed article's ladder (64 KiB random at QD1/2/4, 128 KiB at QD8, 1 MiB sequential),
+so decode-time device throughput can be placed against what the same file delivers to fio.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from harness.config.validate import StrictModel
+from harness.parsers import parse
+from harness.steps import Rows, StepKind, register_step
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "randread-64k-qd1": {"rw": "randread", "bs": "64k", "iodepth": 1},
+    "randread-64k-qd2": {"rw": "randread", "bs": "64k", "iodepth": 2},
+    "randread-64k-qd4": {"rw": "randread", "bs": "64k", "iodepth": 4},
+    "randread-128k-qd8": {"rw": "randread", "bs": "128k", "iodepth": 8},
+    "read-1m-seq": {"rw": "read", "bs": "1m", "iodepth": 4},
+}
+LADDER = list(PRESETS)
+# Options the harness owns: a custom job may not override them (safety and comparability).
+_OWNED = {"filename", "readonly", "invalidate", "output-format", "output", "write_iolog", "name"}
+
+
+class FioJob(StrictModel):
+    name: str
+    rw: Literal["read", "randread"] = "randread"
+    bs: str | int = "64k"
+    iodepth: Annotated[int, Field(ge=1)] = 1
+    numjobs: Annotated[int, Field(ge=1)] = 1
+    direct: bool = True
+    ioengine: str | None = None
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+class FioConfig(StrictModel):
+    file: str
+    jobs: list[str | FioJob] = Field(default_factory=lambda: list(LADDER), min_length=1)
+    runtime_s: Annotated[float, Field(gt=0)] = 5.0
+    ramp_s: Annotated[float, Field(ge=0)] = 0.0
+    ioengine: str = "libaio"
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+
+
+def expand_job(job: str | FioJob, config: FioConfig) -> dict[str, Any]:
+    """A preset name or custom job -> the concrete fio options (without the harness-owned ones)."""
+    if isinstance(job, str):
+        if job not in PRESETS:
+            raise ValueError(f"unknown fio preset {job!r} (known: {', '.join(PRESETS)})")
+        options = {"name": job, "direct": 1, "ioengine": config.ioengine, "numjobs": 1, **PRESETS[job]}
+    else:
+        clash = _OWNED & set(job.options)
+        if clash:
+            raise ValueError(f"fio job {job.name!r}: options {sorted(clash)} are set by the harness")
+        options = {"name": job.name, "rw": job.rw, "bs": job.bs, "iodepth": job.iodepth,
+                   "numjobs": job.numjobs, "direct": int(job.direct),
+                   "ioengine": job.ioengine or config.ioengine, **job.options}
+    options.update(runtime=config.runtime_s, ramp_time=config.ramp_s)
+    return options
+
+
+@register_step
+class FioStep(StepKind):
+    name = "fio"
+    Config = FioConfig
+
+    def estimate_s(self, config: FioConfig, file_sizes: dict[str, int]) -> float:
+        return len(config.jobs) * (config.runtime_s + config.ramp_s + 0.5) + 1.0
+
+    def runner_spec(self, config: FioConfig, files: dict[str, str], cache: str) -> dict[str, Any]:
+        jobs = [expand_job(job, config) for job in config.jobs]
+        # cold: fio drops the file's cached pages before each job; warm/none: keep them.
+        invalidate = 1 if cache == "cold" else 0
+        for job in jobs:
+            job.update(readonly=1, invalidate=invalidate)
+        timeout = config.timeout_s or self.estimate_s(config, {}) * 3 + 30
+        return {"file": files[config.file], "jobs": jobs, "timeout_s": timeout}
+
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        output = run_dir / "fio.json"
+        if not output.exists():
+            return {}
+        rows = parse("fio", output.read_bytes())
+        return {"fio": rows}
+

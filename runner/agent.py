@@ -1,0 +1,167 @@
+"""One run, start to finish: cache, collectors, step, snapshots, record, DONE.
+
+Whatever happens (a failing step, SIGTERM from the controller, a bug here), the finally-block
+stops every process this run started, by pid, writes run.json with the status and writes DONE.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+from runner import RUNNER_VERSION, cache, probe
+from runner.collectors import CollectorError, Collectors
+from runner.steps import STEPS, StepFailed
+from runner.util import now, read_text, tail, write_checksums, write_json
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum, _frame):
+    raise Interrupted("stopped by signal %d" % signum)
+
+
+def blockstat_line(device):
+    if not device:
+        return None
+    line = read_text(probe.ROOT + "/sys/block/%s/stat" % device)
+    return line.strip() if line else None
+
+
+def _exit_code(status):
+    # os.waitstatus_to_exitcode is 3.9+; the runner supports 3.8
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+class RunContext:
+    """What a step may do: make paths in the run dir, spawn processes (tracked), wait for them."""
+
+    def __init__(self, spec, run_dir, collectors):
+        self.spec, self.run_dir, self.collectors = spec, run_dir, collectors
+        self.processes = []
+        self.rusage = {}
+
+    def path(self, name):
+        return os.path.join(self.run_dir, name)
+
+    def spawn(self, argv, name=None):
+        name = name or os.path.basename(argv[0])
+        out = open(self.path(name + ".stdout"), "wb")
+        err = open(self.path(name + ".stderr"), "wb")
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True, cwd=self.run_dir)
+        except OSError as exc:
+            raise StepFailed("cannot start %s: %s" % (argv[0], exc))
+        finally:
+            out.close()
+            err.close()
+        proc.log_name = name
+        self.processes.append(proc)
+        self.collectors.on_spawn(proc.pid)
+        return proc
+
+    def wait(self, proc, timeout_s):
+        """Wait for ``proc``; keep its rusage (major faults, CPU); a non-zero exit fails the step."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                self.kill(proc)
+                raise StepFailed("%s did not finish within %.0f s" % (proc.log_name, timeout_s))
+            time.sleep(0.01)
+        proc.returncode = _exit_code(status)
+        self.rusage[proc.log_name] = {"majflt": usage.ru_majflt, "minflt": usage.ru_minflt,
+                                      "utime_s": usage.ru_utime, "stime_s": usage.ru_stime,
+                                      "maxrss_kb": usage.ru_maxrss, "exit_code": proc.returncode}
+        if proc.returncode != 0:
+            raise StepFailed("%s exited with %s: %s" % (proc.log_name, proc.returncode,
+                                                        tail(self.path(proc.log_name + ".stderr"), 5)))
+        return proc.returncode
+
+    def kill(self, proc, grace_s=3.0):
+        """Stop a process group this run started: SIGTERM, then SIGKILL after a grace period."""
+        if proc.poll() is not None:
+            return
+        for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, signum)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def cleanup(self):
+        for proc in self.processes:
+            self.kill(proc)
+
+
+def run(spec_path):
+    import json
+
+    spec_path = os.path.abspath(spec_path)
+    run_dir = os.path.dirname(spec_path)
+    with open(spec_path) as handle:
+        spec = json.load(handle)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+
+    native_bin = spec.get("native_bin") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "bin")
+    files = spec.get("cache_files", [])
+    record = {"run_id": spec["run_id"], "spec": spec, "status": "running", "error": None,
+              "runner": {"version": RUNNER_VERSION, "pid": os.getpid(), "python": sys.version.split()[0],
+                         "host": socket.gethostname()},
+              "started": now()}
+    device = probe.resolve_block_device(spec.get("block_device", "auto"), files)
+    record["block_device"] = device
+    collectors = Collectors(spec.get("collectors", []), native_bin, run_dir, device)
+    ctx = RunContext(spec, run_dir, collectors)
+    try:
+        record["entry_state"] = probe.entry_state()
+        record["cache"] = {"condition": spec["cache"], "before": cache.prepare(native_bin, spec["cache"], files)}
+        collectors.start_global()
+        record["blockstat_before"] = blockstat_line(device)
+        record["step_started"] = now()
+        record["summary"] = STEPS[spec["step"]["kind"]](ctx, spec["step"])
+        record["step_ended"] = now()
+        record["blockstat_after"] = blockstat_line(device)
+        record["status"] = "ok"
+    except (StepFailed, cache.CacheStateError, CollectorError) as exc:
+        record.update(status="failed", error=str(exc))
+    except Interrupted as exc:
+        record.update(status="interrupted", error=str(exc))
+    except Exception as exc:  # a runner bug must still leave a record and a DONE
+        record.update(status="error", error="runner error: %r" % exc, traceback=traceback.format_exc())
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ctx.cleanup()
+        record.setdefault("step_ended", now())
+        record.setdefault("blockstat_after", blockstat_line(device))
+        sampler_errors = collectors.stop_all()
+        if sampler_errors:
+            record["collector_errors"] = sampler_errors
+        record["rusage"] = ctx.rusage
+        try:
+            record.setdefault("cache", {"condition": spec["cache"]})
+            record["cache"]["after"] = cache.residency(native_bin, files)
+        except cache.CacheStateError as exc:
+            record["cache"]["after_error"] = str(exc)
+        record["ended"] = now()
+        write_json(os.path.join(run_dir, "run.json"), record)
+        write_checksums(run_dir)
+        with open(os.path.join(run_dir, "DONE"), "w") as done:
+            done.write(record["status"] + "\n")
+    return 0 if record["status"] == "ok" else 1
