@@ -60,7 +60,8 @@ def parse_sampler_threads(data: bytes) -> list[dict[str, Any]]:
             "utime_ticks": _int(utime, "utime_ticks", number),
             "stime_ticks": _int(stime, "stime_ticks", number),
             "comm": comm,
-            "wchan": wchan or None,
+            # The sampler prints 0 for "no wait channel" (always for R) and ? when unreadable.
+            "wchan": None if wchan in ("", "0") else wchan,
         })
     return rows
 
