@@ -1,0 +1,1 @@
+"""Engines the harness builds and runs (llama.cpp first; adapters for others come later)."""

@@ -1,0 +1,1 @@
+"""Model files: synthetic MoE GGUFs and metadata-only inspection of any GGUF."""
