@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import signal
 import tempfile
 import time
@@ -20,7 +19,7 @@ from typing import Any, Protocol
 
 from harness.collectors import COLLECTORS, collector_configs
 from harness.config.target import Target
-from harness.errors import ExpectationError, HarnessError, TargetError, UsageError
+from harness.errors import ExpectationError, TargetError, UsageError
 from harness.plan import Plan, PlannedRun
 from harness.results.ingest import write_tables
 from harness.results.store import ResultSetWriter, new_set_id
@@ -49,6 +48,7 @@ class QuietProgress:
 class CampaignResult:
     path: Path
     complete: bool
+    interrupted: bool = False
     statuses: dict[str, int] = field(default_factory=dict)
     table_rows: dict[str, int] = field(default_factory=dict)
     figures: list[Path] = field(default_factory=list)
@@ -74,35 +74,39 @@ class Campaign:
                      targets=[{"name": t.name, "platform": t.platform, "transport": t.transport_kind,
                                "block_device": t.block_device} for t in self.targets],
                      plan=[self._planned(t, r) for t in self.targets for r in self.plan.runs])
-        complete = False
+        complete = interrupted = False
         try:
             for target in self.targets:
                 self._run_target(writer, target)
             complete = True
+        except KeyboardInterrupt:
+            # the current runner was stopped and pulled in _run_one; keep everything done so far
+            interrupted = True
         finally:
             result = self._finish(writer, complete)
+        result.interrupted = interrupted
         return result
 
     def _finish(self, writer: ResultSetWriter, complete: bool) -> CampaignResult:
-        # Tables and figures come from whatever runs finished, even after an interrupt.
+        # Tables come from whatever runs finished, even after an interrupt; the set is renamed to
+        # its final name only when complete. Figures and report are derived, so they come last.
         counts = write_tables(writer.path, writer.manifest)
+        path = writer.finish(complete=complete)
         figures: list[Path] = []
         try:
             from harness.report import render_report
 
-            figures = render_report(writer.path, writer.manifest)
-        except HarnessError as exc:
-            writer.manifest["report_error"] = str(exc)
-        path = writer.finish(complete=complete)
-        figures = [path / "figures" / f.name for f in figures]
+            figures = render_report(path)
+        except Exception as exc:  # noqa: BLE001 - the data is safe; say how to retry instead of failing
+            self.progress.message(f"figures/report failed ({exc}); retry with: harness report {path}")
         statuses: dict[str, int] = {}
         for run in writer.manifest["runs"]:
             statuses[run["status"]] = statuses.get(run["status"], 0) + 1
-        return CampaignResult(path, complete, statuses, counts, figures)
+        return CampaignResult(path, complete, statuses=statuses, table_rows=counts, figures=figures)
 
     def _planned(self, target: Target, run: PlannedRun) -> dict[str, Any]:
         return {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
-                "cache": run.cache, "round": run.round, "repeat": run.repeat, "params": run.params,
+                "step_label": run.cell.label, "cache": run.cache, "round": run.round, "repeat": run.repeat, "params": run.params,
                 "estimate_s": round(run.estimate_s, 1), "status": "pending"}
 
     def _check_expectation_names(self) -> None:
@@ -278,6 +282,3 @@ def verify_checksums(run_dir: Path) -> None:
         if actual != digest:
             raise TargetError(f"{path}: checksum mismatch after pull")
 
-
-def remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

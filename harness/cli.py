@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 from rich.console import Console
 
@@ -36,29 +35,18 @@ def _register() -> None:
     results.register(results_app)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> None:
+    """Entry point. Typer handles usage errors (exit 2); HarnessError becomes one line and its code."""
     _register()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, prog_name="harness")
     except HarnessError as exc:
         if debug:
             raise
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        return exc.exit_code
-    except click.exceptions.Abort:
-        err_console.print("interrupted")
-        return 130
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        return 130
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    return 0
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

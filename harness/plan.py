@@ -24,6 +24,7 @@ from harness.steps import STEPS
 class Cell:
     step_index: int
     step: str
+    label: str  # the step kind, numbered when an experiment has several steps of one kind
     config: Any  # the step's validated, rendered Config
     params: dict[str, Any]
     cache: str
@@ -82,9 +83,11 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
         if spec.create_bytes is not None:
             sizes.setdefault(name, spec.create_bytes)
 
+    kinds = [next(iter(item)) for item in exp.steps]
     cells: list[Cell] = []
     for step_index, item in enumerate(exp.steps):
         kind, raw = next(iter(item.items()))
+        label = kind if kinds.count(kind) == 1 else f"{kind}{kinds[:step_index + 1].count(kind)}"
         loc = ("steps", step_index, kind)
         step = STEPS[kind]
         for params in matrix_cells(exp.matrix):
@@ -95,7 +98,7 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
                     known = ", ".join(files) or "none"
                     raise doc.error(loc + ("file",), f"names file {name!r}, which is not in files: (have: {known})")
             for cache in caches:
-                cells.append(Cell(step_index, kind, config, params, cache))
+                cells.append(Cell(step_index, kind, label, config, params, cache))
     if not cells:
         raise ConfigError("the experiment expands to zero runs", file=doc.source)
 
@@ -104,7 +107,7 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
         for cell in cells:
             for rep in range(1, exp.repeat + 1):
                 index = len(plan.runs) + 1
-                parts = [f"{index:04d}", cell.step, *(_slug(v) for v in cell.params.values()), cell.cache,
+                parts = [f"{index:04d}", cell.label, *(_slug(v) for v in cell.params.values()), cell.cache,
                          f"r{round_}"] + ([f"x{rep}"] if exp.repeat > 1 else [])
                 estimate = STEPS[cell.step].estimate_s(cell.config, sizes) + _RUN_OVERHEAD_S
                 plan.runs.append(PlannedRun(index, "-".join(parts), cell, round_, rep, estimate))

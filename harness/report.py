@@ -26,11 +26,12 @@ def fio_summary(rs: ResultSet) -> pd.DataFrame:
     data = fio.merge(runs[["run_id", "cache"]], on="run_id", how="left")
     data["read_mbps"] = data["read_bw_bytes_per_s"] / MB
     data["p99_ms"] = data["read_clat_p99_ns"] / 1e6
-    out = data.groupby(["target", "job_name", "cache"]).agg(
-        runs=("read_mbps", "size"), read_mbps=("read_mbps", "mean"), read_mbps_sd=("read_mbps", "std"),
-        read_iops=("read_iops", "mean"), p99_ms=("p99_ms", "mean")).reset_index()
+    out = data.groupby(["target", "cache", "job_name"]).agg(
+        n=("read_mbps", "size"), mbps=("read_mbps", "mean"), sd=("read_mbps", "std"),
+        iops=("read_iops", "mean"), p99_ms=("p99_ms", "mean")).reset_index()
     order = {name: i for i, name in enumerate(plots._ordered_jobs(out["job_name"]))}
-    return out.sort_values(["target", "cache", "job_name"], key=lambda c: c.map(order) if c.name == "job_name" else c)
+    out = out.sort_values(["target", "cache", "job_name"], key=lambda c: c.map(order) if c.name == "job_name" else c)
+    return out.rename(columns={"job_name": "job", "mbps": "MB/s", "iops": "IOPS", "p99_ms": "p99 ms"})
 
 
 def read_summary(rs: ResultSet) -> pd.DataFrame:
@@ -40,11 +41,12 @@ def read_summary(rs: ResultSet) -> pd.DataFrame:
     reads = runs[runs["step"] == "read"].copy()
     if reads.empty:
         return pd.DataFrame()
-    reads["dev_read_mb"] = reads["dev_read_bytes"] / MB
-    reads["file_mb"] = reads["cache_files_bytes"] / MB
-    reads["step_mbps"] = reads["cache_files_bytes"] / reads["step_duration_s"] / MB
-    cols = ["run_id", "target", "cache", "status", "residency_before_pct", "file_mb", "dev_read_mb", "step_mbps"]
-    return reads[[c for c in cols if c in reads]]
+    out = pd.DataFrame({
+        "run": reads["run_id"], "target": reads["target"], "cache": reads["cache"], "status": reads["status"],
+        "resident %": reads["residency_before_pct"], "file MB": reads["cache_files_bytes"] / MB,
+        "device MB": reads["dev_read_bytes"] / MB,
+        "MB/s": reads["cache_files_bytes"] / reads["step_duration_s"] / MB})
+    return out
 
 
 def render_report(path: Path, manifest: dict[str, Any] | None = None) -> list[Path]:

@@ -51,13 +51,14 @@ class RunContext:
     def path(self, name):
         return os.path.join(self.run_dir, name)
 
-    def spawn(self, argv, name=None):
+    def spawn(self, argv, name=None, env=None):
         name = name or os.path.basename(argv[0])
         out = open(self.path(name + ".stdout"), "wb")
         err = open(self.path(name + ".stderr"), "wb")
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    start_new_session=True, cwd=self.run_dir)
+                                    start_new_session=True, cwd=self.run_dir,
+                                    env=dict(os.environ, **(env or {})))
         except OSError as exc:
             raise StepFailed("cannot start %s: %s" % (argv[0], exc))
         finally:

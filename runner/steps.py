@@ -9,8 +9,12 @@ class StepFailed(Exception):
     pass
 
 
-def _fio_value(value):
-    return str(int(value)) if isinstance(value, bool) else str(value)
+def _fio_value(key, value):
+    if isinstance(value, bool):
+        return str(int(value))
+    if key in ("runtime", "ramp_time") and isinstance(value, (int, float)):
+        return "%dms" % round(value * 1000)  # fio reads a bare number as whole seconds
+    return str(value)
 
 
 def fio_jobfile(spec):
@@ -19,12 +23,13 @@ def fio_jobfile(spec):
     Every job gets readonly=1 here as well as on the controller: fio must never write to a model file.
     """
     escaped = spec["file"].replace(":", "\\:")  # ':' separates file names in fio's filename=
-    lines = ["[global]", "filename=" + escaped, "time_based=1", ""]
+    # allow_file_create=0: fio must fail rather than lay out a file that is not there
+    lines = ["[global]", "filename=" + escaped, "time_based=1", "allow_file_create=0", ""]
     for job in spec["jobs"]:
         options = dict(job)
-        options["readonly"] = 1
+        options.pop("readonly", None)  # a command-line switch in fio (--readonly), set in run_fio
         lines.append("[%s]" % options.pop("name"))
-        lines += ["%s=%s" % (key, _fio_value(value)) for key, value in options.items()]
+        lines += ["%s=%s" % (key, _fio_value(key, value)) for key, value in options.items()]
         lines += ["stonewall", ""]
     return "\n".join(lines)
 
@@ -38,7 +43,8 @@ def run_fio(ctx, spec):
     jobfile = ctx.path("jobs.fio")
     with open(jobfile, "w") as out:
         out.write(fio_jobfile(spec))
-    proc = ctx.spawn(["fio", "--output-format=json", "--output=" + ctx.path("fio.json"), jobfile])
+    # --readonly: fio's own safety switch, refusing any write or trim in every job
+    proc = ctx.spawn(["fio", "--readonly", "--output-format=json", "--output=" + ctx.path("fio.json"), jobfile])
     ctx.wait(proc, spec["timeout_s"])
     return {"jobs": len(spec["jobs"])}
 
@@ -46,7 +52,8 @@ def run_fio(ctx, spec):
 def run_read(ctx, spec):
     argv = [sys.executable, "-m", "runner.readfile", spec["file"], "--pattern", spec["pattern"],
             "--bs", str(spec["bs_bytes"]), "--seed", str(spec["seed"]), "--out", ctx.path("read.json")]
-    proc = ctx.spawn(argv)
+    runner_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = ctx.spawn(argv, name="read", env={"PYTHONPATH": runner_parent})
     ctx.wait(proc, spec["timeout_s"])
     return {}
 

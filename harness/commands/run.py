@@ -69,6 +69,9 @@ def run(experiment: Path = typer.Argument(..., help="experiment YAML"),
         campaign = Campaign(the_plan, chosen, results, scratch=scratch, progress=RichProgress(progress))
         result = campaign.run()
     print_summary(result)
+    if result.interrupted:
+        console.print("interrupted: finished runs are kept; the set is marked incomplete")
+        raise typer.Exit(130)
     if not result.complete:
         raise typer.Exit(1)
 

@@ -38,6 +38,7 @@ class Header:
     version: int
     byte_order: str                  # "<" or ">"
     kv: dict[str, Any]               # arrays of > 64 items are replaced by {"array": type, "n": count}
+    kv_types: dict[str, tuple[int, int | None]]  # key -> (GGUF value type, array item type)
     tensors: list[RawTensor]
     alignment: int
     data_offset: int                 # absolute file offset of the tensor data section
@@ -45,8 +46,8 @@ class Header:
 
 
 class _Reader:
-    def __init__(self, fd: int, size: int) -> None:
-        self.fd, self.size = fd, size
+    def __init__(self, fd: int, size: int, full_arrays: bool) -> None:
+        self.fd, self.size, self.full_arrays = fd, size, full_arrays
         self.buf = bytearray()
         self.pos = 0
         self.bo = "<"
@@ -89,15 +90,16 @@ class _Reader:
             if sub in _SCALAR:  # fixed-size items: skip or unpack in one go
                 fmt = _SCALAR[sub]
                 raw = self.take(n * struct.calcsize(fmt))
-                if n > 64:
+                if n > 64 and not self.full_arrays:
                     return {"array": sub, "n": n}
                 return list(struct.unpack(f"{self.bo}{n}{fmt}", raw))
             items = [self.value(sub) for _ in range(n)]
-            return items if n <= 64 else {"array": sub, "n": n}
+            return items if n <= 64 or self.full_arrays else {"array": sub, "n": n}
         raise ModelError(f"corrupt GGUF header (unknown value type {vtype})")
 
 
-def read_header(path: Path) -> Header:
+def read_header(path: Path, *, full_arrays: bool = False) -> Header:
+    """Parse the header; ``full_arrays`` keeps every array item (e.g. to copy a tokenizer)."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -109,7 +111,7 @@ def read_header(path: Path) -> Header:
         size = os.fstat(fd).st_size
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        r = _Reader(fd, size)
+        r = _Reader(fd, size, full_arrays)
         if size < 24 or r.take(4) != GGUF_MAGIC:
             raise ModelError(f"{path} is not a GGUF file (no GGUF magic)")
         version = r.scalar("I")
@@ -120,9 +122,16 @@ def read_header(path: Path) -> Header:
             raise ModelError(f"{path}: unsupported GGUF version {version} (2 and 3 are supported)")
         n_tensors, n_kv = r.scalar("Q"), r.scalar("Q")
         kv: dict[str, Any] = {}
+        kv_types: dict[str, tuple[int, int | None]] = {}
         for _ in range(n_kv):
             key = r.string()
-            kv[key] = r.value(r.scalar("I"))
+            vtype = r.scalar("I")
+            sub = None
+            if vtype == _ARRAY:  # peek the item type; value() reads it again
+                sub = struct.unpack(r.bo + "I", r.take(4))[0]
+                r.pos -= 4
+            kv[key] = r.value(vtype)
+            kv_types[key] = (vtype, sub)
         tensors = []
         for _ in range(n_tensors):
             name = r.string()
@@ -134,8 +143,8 @@ def read_header(path: Path) -> Header:
         if not isinstance(alignment, int) or alignment <= 0:
             raise ModelError(f"{path}: bad general.alignment {alignment!r}")
         data_offset = -(-r.pos // alignment) * alignment
-        return Header(version=version, byte_order=r.bo, kv=kv, tensors=tensors, alignment=alignment,
-                      data_offset=data_offset, header_bytes_read=len(r.buf))
+        return Header(version=version, byte_order=r.bo, kv=kv, kv_types=kv_types, tensors=tensors,
+                      alignment=alignment, data_offset=data_offset, header_bytes_read=len(r.buf))
     except struct.error:
         raise ModelError(f"{path}: corrupt GGUF header") from None
     finally:

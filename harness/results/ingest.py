@@ -36,6 +36,7 @@ def _stat_row(line: str | None) -> dict[str, Any] | None:
 def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
     """One row of the ``runs`` table: plan, status, timings, entry state, cache, device deltas."""
     row: dict[str, Any] = {k: planned[k] for k in ("run_id", "index", "target", "step", "cache", "round", "repeat")}
+    row["step_label"] = planned.get("step_label", planned["step"])
     row.update(planned.get("params", {}))
     row["status"] = planned.get("status", "planned")
     if record is None:
@@ -82,9 +83,18 @@ def ingest_run(raw_dir: Path, planned: dict[str, Any]) -> dict[str, Rows]:
     tables: dict[str, Rows] = {"runs": [run_row(planned, record)]}
     if record is None:
         return tables
-    pieces: list[dict[str, Rows]] = [STEPS[planned["step"]].ingest(raw_dir, record)]
-    for spec in record["spec"].get("collectors", []):
-        pieces.append(COLLECTORS[spec["kind"]].ingest(raw_dir, record))
+    sources = [(planned["step"], STEPS[planned["step"]])]
+    sources += [(spec["kind"], COLLECTORS[spec["kind"]]) for spec in record["spec"].get("collectors", [])]
+    pieces: list[dict[str, Rows]] = []
+    for name, source in sources:
+        try:
+            pieces.append(source.ingest(raw_dir, record))
+        except (ParseError, ValueError) as exc:
+            # a failed step often leaves partial output: keep the run, say what could not be read
+            errors = tables["runs"][0].setdefault("ingest_errors", [])
+            errors.append(f"{name}: {exc}")
+    if "ingest_errors" in tables["runs"][0]:
+        tables["runs"][0]["ingest_errors"] = "; ".join(tables["runs"][0]["ingest_errors"])
     t0 = (record.get("step_started") or {}).get("mono_ns")
     for piece in pieces:
         for table, rows in piece.items():

@@ -24,7 +24,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 LADDER = list(PRESETS)
 # Options the harness owns: a custom job may not override them (safety and comparability).
-_OWNED = {"filename", "readonly", "invalidate", "output-format", "output", "write_iolog", "name"}
+_OWNED = {"filename", "readonly", "allow_file_create", "invalidate", "output-format", "output", "write_iolog", "name"}
 
 
 class FioJob(StrictModel):
