@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from harness.collectors import COLLECTORS, collector_configs
 from harness.config.target import Target
-from harness.errors import ExpectationError, TargetError, UsageError
+from harness.errors import ExpectationError, TargetError, ToolMissingError, UsageError
 from harness.plan import Plan, PlannedRun
 from harness.results.ingest import write_tables
 from harness.results.store import ResultSetWriter, new_set_id
@@ -67,7 +67,7 @@ class Campaign:
 
     # ------------------------------------------------------------------ whole campaign
     def run(self) -> CampaignResult:
-        self._check_expectation_names()
+        sessions = self._preflight()
         writer = ResultSetWriter(self.results_dir, self.set_id)
         loaded = self.plan.experiment
         writer.start(experiment_name=self.experiment.name, experiment_path=loaded.path, experiment_text=loaded.text,
@@ -76,16 +76,38 @@ class Campaign:
                      plan=[self._planned(t, r) for t in self.targets for r in self.plan.runs])
         complete = interrupted = False
         try:
-            for target in self.targets:
-                self._run_target(writer, target)
+            for session in sessions:
+                self._run_target(writer, session)
             complete = True
         except KeyboardInterrupt:
             # the current runner was stopped and pulled in _run_one; keep everything done so far
             interrupted = True
         finally:
+            for session in sessions:
+                session.close()
             result = self._finish(writer, complete)
         result.interrupted = interrupted
         return result
+
+    def _preflight(self) -> list[TargetSession]:
+        """Everything that can be checked before a result set exists: names, tools, reachability."""
+        self._check_expectation_names()
+        tools = sorted({tool for run in self.plan.runs for tool in STEPS[run.step].required_tools})
+        sessions: list[TargetSession] = []
+        try:
+            for target in self.targets:
+                session = open_session(target)
+                sessions.append(session)
+                facts = session.platform.probe(session, [], tools)
+                missing = [tool for tool in tools if not facts.get(f"tool_{tool}")]
+                if missing:
+                    raise ToolMissingError(f"target {target.name}: {', '.join(missing)} not installed "
+                                           f"(needed by the experiment's steps; apt-get install {' '.join(missing)})")
+        except BaseException:
+            for session in sessions:
+                session.close()
+            raise
+        return sessions
 
     def _finish(self, writer: ResultSetWriter, complete: bool) -> CampaignResult:
         # Tables come from whatever runs finished, even after an interrupt; the set is renamed to
@@ -106,8 +128,8 @@ class Campaign:
 
     def _planned(self, target: Target, run: PlannedRun) -> dict[str, Any]:
         return {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
-                "step_label": run.cell.label, "cache": run.cache, "round": run.round, "repeat": run.repeat, "params": run.params,
-                "estimate_s": round(run.estimate_s, 1), "status": "pending"}
+                "step_label": run.cell.label, "cache": run.cache, "round": run.round, "repeat": run.repeat,
+                "params": run.params, "estimate_s": round(run.estimate_s, 1), "status": "pending"}
 
     def _check_expectation_names(self) -> None:
         from harness.platforms import PLATFORMS
@@ -121,8 +143,8 @@ class Campaign:
                                     f"{target.platform} (known: {', '.join(known)})")
 
     # ------------------------------------------------------------------ one target
-    def _run_target(self, writer: ResultSetWriter, target: Target) -> None:
-        session = open_session(target)
+    def _run_target(self, writer: ResultSetWriter, session: TargetSession) -> None:
+        target = session.target
         created: list[str] = []
         try:
             files, created = self._prepare_files(session, writer)
@@ -136,7 +158,6 @@ class Campaign:
         finally:
             for path in created:
                 session.transport.run(["rm", "-f", path])
-            session.close()
 
     def _record_target(self, writer: ResultSetWriter, name: str, **fields: Any) -> None:
         for entry in writer.manifest["targets"]:
@@ -158,7 +179,8 @@ class Campaign:
             raise ExpectationError(f"target {session.target.name}: expectation {failed[0].name} failed {when} "
                                    f"the runs: {failed[0].message}")
 
-    def _prepare_files(self, session: TargetSession, writer: ResultSetWriter) -> tuple[dict[str, str], list[str]]:
+    def _prepare_files(self, session: TargetSession,
+                       writer: ResultSetWriter) -> tuple[dict[str, str], list[str]]:
         """Resolve named files on the target; create the ``create:`` ones in scratch."""
         scratch = self.scratch or f"{session.workdir}/scratch/{self.set_id}"
         files: dict[str, str] = {}

@@ -91,8 +91,9 @@ def timeline(runs: pd.DataFrame, blockstat: pd.DataFrame, out_dir: Path, set_id:
             start, end = (run["step_start_mono_ns"] - t0) / 1e9, (run["step_end_mono_ns"] - t0) / 1e9
             for ax in (ax1, ax2):
                 ax.axvspan(start, end, color="0.85" if k % 2 else "0.93", zorder=0)
-            ax1.annotate(f"{run['step_label']} {run['cache']}", ((start + end) / 2, 1.0), xycoords=("data", "axes fraction"),
-                         fontsize=6, rotation=90, ha="center", va="top", color="0.3")
+            ax1.annotate(f"{run['step_label']} {run['cache']}", ((start + end) / 2, 1.0),
+                         xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="center", va="top",
+                         color="0.3")
         ax1.set_title(f"run timeline on {target}")
         figures += _save(fig, out_dir, f"timeline_{target}", set_id, settings)
     return figures

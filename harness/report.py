@@ -72,7 +72,8 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
     runs = rs.table("runs")
     lines = [f"# {manifest['set_id']}", "",
              f"- experiment: `{manifest['experiment']['name']}` (sha256 {manifest['experiment']['sha256'][:12]})",
-             f"- status: **{manifest.get('status')}**, started {manifest.get('started')}, ended {manifest.get('ended')}",
+             f"- status: **{manifest.get('status')}**, started {manifest.get('started')}, "
+             f"ended {manifest.get('ended')}",
              f"- harness {manifest['harness']['version']} ({manifest['harness'].get('git_revision')}), "
              f"controller {manifest['controller']['host']}", ""]
     lines += ["## Targets", ""]

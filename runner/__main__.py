@@ -15,6 +15,7 @@ def main(argv=None):
     probe_p = sub.add_parser("probe", help="print this machine's facts as JSON")
     probe_p.add_argument("--file", action="append", default=[])
     probe_p.add_argument("--block-device", default="auto")
+    probe_p.add_argument("--tool", action="append", default=[], help="report where this program is (or null)")
     mk_p = sub.add_parser("mkfile", help="create an incompressible data file of SIZE bytes, synced to disk")
     mk_p.add_argument("path")
     mk_p.add_argument("size", type=int)
@@ -23,7 +24,7 @@ def main(argv=None):
     if args.command == "run":
         return agent.run(args.spec)
     if args.command == "probe":
-        print(json.dumps(probe.facts(args.file, args.block_device), sort_keys=True))
+        print(json.dumps(probe.facts(args.file, args.block_device, args.tool), sort_keys=True))
         return 0
     if args.command == "mkfile":
         print(json.dumps(util.make_data_file(args.path, args.size)))

@@ -60,7 +60,7 @@ class RunContext:
                                     start_new_session=True, cwd=self.run_dir,
                                     env=dict(os.environ, **(env or {})))
         except OSError as exc:
-            raise StepFailed("cannot start %s: %s" % (argv[0], exc))
+            raise StepFailed("cannot start %s: %s" % (argv[0], exc)) from None
         finally:
             out.close()
             err.close()

@@ -17,7 +17,7 @@ def _cachectl(native_bin, verb, files):
     try:
         done = subprocess.run(argv, capture_output=True, timeout=3600, check=False)
     except OSError as exc:
-        raise CacheStateError("cannot run %s: %s (build it with make -C runner/native)" % (argv[0], exc))
+        raise CacheStateError("cannot run %s: %s (build it with make -C runner/native)" % (argv[0], exc)) from None
     if done.returncode != 0:
         raise CacheStateError("cachectl %s failed: %s" % (verb, done.stderr.decode(errors="replace").strip()))
     return done.stdout.decode()

@@ -20,7 +20,8 @@ class Sampler:
             self.proc = subprocess.Popen(self.argv + ["--out", self.out_path], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except OSError as exc:
-            raise CollectorError("cannot start %s: %s (build it with make -C runner/native)" % (self.argv[0], exc))
+            raise CollectorError("cannot start %s: %s (build it with make -C runner/native)"
+                                 % (self.argv[0], exc)) from None
 
     def stop(self, timeout=5.0):
         if self.proc is None:

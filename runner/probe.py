@@ -107,7 +107,7 @@ def _version(argv):
     return text[0] if text else None
 
 
-def facts(files=(), block_device="auto"):
+def facts(files=(), block_device="auto", tools=()):
     mem = meminfo()
     os_release = {}
     for line in (read_text(_p("/etc/os-release"), "") or "").splitlines():
@@ -131,6 +131,8 @@ def facts(files=(), block_device="auto"):
         "fio_version": _version(["fio", "--version"]),
         "cgroup_v2": os.path.exists(_p("/sys/fs/cgroup/cgroup.controllers")),
     }
+    for tool in tools:
+        out["tool_" + tool] = shutil.which(tool)
     dev = resolve_block_device(block_device, files)
     if dev:
         out.update(_block_facts(dev))

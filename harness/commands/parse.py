@@ -10,7 +10,8 @@ from pathlib import Path
 import typer
 
 from harness.errors import UsageError
-from harness.parsers import PARSERS, ParseError, parse as run_parser
+from harness.parsers import PARSERS, ParseError
+from harness.parsers import parse as run_parser
 
 
 def parse(kind: str = typer.Argument(..., help="parser kind (fio, blockstat, tegrastats, ...)"),

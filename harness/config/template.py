@@ -42,7 +42,8 @@ def render(value: Any, params: dict[str, Any], doc: YamlDoc, loc: Loc) -> Any:
     for field in fields:
         if field not in params:
             known = ", ".join(sorted(params)) or "none"
-            raise doc.error(loc, f"template {value!r} names {field!r}, which is not a matrix key (matrix keys: {known})")
+            raise doc.error(loc, f"template {value!r} names {field!r}, which is not a matrix key "
+                                 f"(matrix keys: {known})")
     if len(parts) == 1 and parts[0][0] == "" and fields and parts[0][2] == "" and parts[0][3] is None:
         return params[fields[0]]
     try:

@@ -28,10 +28,12 @@ class Platform:
     name: ClassVar[str]
     expectations: ClassVar[dict[str, str]] = {}  # name -> what it checks (for errors and docs)
 
-    def probe(self, session: Any, files: list[str]) -> dict[str, Any]:
+    def probe(self, session: Any, files: list[str], tools: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
         argv = [session.python, "-m", "runner", "probe", "--block-device", session.target.block_device]
         for path in files:
             argv += ["--file", path]
+        for tool in tools:
+            argv += ["--tool", tool]
         result = session.transport.run(argv, cwd=session.runner_root, timeout=120).check()
         try:
             return json.loads(result.stdout)

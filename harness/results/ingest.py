@@ -66,7 +66,7 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
         seconds = row.get("step_duration_s")
         if seconds and moved.get("read_bytes") is not None:
             row["dev_read_bytes_per_s"] = moved["read_bytes"] / seconds
-    for name, usage in (record.get("rusage") or {}).items():
+    for usage in (record.get("rusage") or {}).values():
         for key, value in usage.items():
             row[f"proc_{key}"] = value
         break  # the step's main process

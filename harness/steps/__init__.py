@@ -18,6 +18,7 @@ Rows = list[dict[str, Any]]
 class StepKind:
     name: ClassVar[str]
     Config: ClassVar[type[StrictModel]]
+    required_tools: ClassVar[tuple[str, ...]] = ()  # programs the target must have for this step
 
     def files_read(self, config: Any) -> list[str]:
         """Named files (keys of the experiment's files) whose cache state the run controls."""

@@ -68,6 +68,7 @@ def expand_job(job: str | FioJob, config: FioConfig) -> dict[str, Any]:
 class FioStep(StepKind):
     name = "fio"
     Config = FioConfig
+    required_tools = ("fio",)
 
     def estimate_s(self, config: FioConfig, file_sizes: dict[str, int]) -> float:
         return len(config.jobs) * (config.runtime_s + config.ramp_s + 0.5) + 1.0
