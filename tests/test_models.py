@@ -40,7 +40,8 @@ def test_inspect_reports_the_synthetic_layout(tiny: SynthInfo) -> None:
     # token_embd + per layer q, k, v, output and the three expert stacks; norms and routers stay F32
     assert m.quant_types == {qname: 1 + 4 * 7, "F32": 1 + 4 * 5}
     assert len(m.expert_tensors) == 4 * 3
-    assert {t.name.split(".")[2] for t in m.expert_tensors} == {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}
+    kinds = {t.name.split(".")[2] for t in m.expert_tensors}
+    assert kinds == {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}
     assert m.expert_bytes == tiny.expert_bytes and m.dense_bytes == tiny.dense_bytes
     assert m.expert_bytes > 10 * m.dense_bytes  # decoding is dominated by routed experts, as in real MoEs
 
@@ -197,7 +198,8 @@ def test_inspect_other_moe_layouts(tmp_path: Path) -> None:
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
 
@@ -240,5 +242,5 @@ def test_inspect_reads_no_tensor_pages(tmp_path: Path) -> None:
     after, _ = resident_pages(path)
     header_pages = (m.header_bytes_read + mmap.PAGESIZE - 1) // mmap.PAGESIZE
     assert m.header_bytes_read < m.data_offset + 16 * 1024 + mmap.PAGESIZE
-    assert after - before <= header_pages + 1, f"{after - before} pages read for a {m.data_offset}-byte header"
+    assert after - before <= header_pages + 1, f"{after - before} pages for a {m.data_offset}-byte header"
     assert after < total // 100

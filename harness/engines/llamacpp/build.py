@@ -57,6 +57,7 @@ class BuildInfo:
     key: str
     dir: str
     source: dict[str, Any]
+    source_dir: str                       # the pristine tree (holds e.g. models/ggml-vocab-*.gguf)
     commit: str | None
     cmake_flags: list[str]                # exactly what cmake was configured with
     patches: list[dict[str, str]]         # [{"path", "sha256"}] in application order
@@ -260,7 +261,8 @@ def _build(prepared: PreparedSource, flags: list[str], patches: list[Path], patc
             raise BuildError(f"llama.cpp build finished but {b} is missing; log: {logf}")
         binaries[t] = str(b)
     info = BuildInfo(
-        key=key, dir=str(key_dir), source=prepared.identity, commit=prepared.commit, cmake_flags=configure,
+        key=key, dir=str(key_dir), source=prepared.identity, source_dir=str(prepared.tree),
+        commit=prepared.commit, cmake_flags=configure,
         patches=[{"path": str(p), "sha256": s} for p, s in zip(patches, patch_shas, strict=True)],
         compiler=compiler, binaries=binaries,
         binary_sha256={t: sha256_file(Path(b)) for t, b in binaries.items()},
