@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from harness.collectors import COLLECTORS, collector_configs
 from harness.config.target import Target
-from harness.errors import ExpectationError, TargetError, ToolMissingError, UsageError
+from harness.errors import ExpectationError, TargetError, ToolMissingError
 from harness.plan import Plan, PlannedRun
 from harness.results.ingest import write_tables
 from harness.results.store import ResultSetWriter, new_set_id
@@ -103,6 +103,9 @@ class Campaign:
                 if missing:
                     raise ToolMissingError(f"target {target.name}: {', '.join(missing)} not installed "
                                            f"(needed by the experiment's steps; apt-get install {' '.join(missing)})")
+                for name, spec in self.experiment.named_files().items():
+                    if spec.path is not None:
+                        self._existing_file_size(session, name, spec.path)
         except BaseException:
             for session in sessions:
                 session.close()
@@ -189,11 +192,8 @@ class Campaign:
         for name, spec in self.experiment.named_files().items():
             if spec.path is not None:
                 path = spec.path
-                probe = session.transport.run(["stat", "-L", "-c", "%s", path])
-                if probe.returncode != 0:
-                    raise UsageError(f"{self.plan.experiment.path}: files.{name}: {path} does not exist on target "
-                                     f"{session.target.name}")
-                records[name] = {"path": path, "size_bytes": int(probe.stdout.split()[0]), "created": False}
+                records[name] = {"path": path, "size_bytes": self._existing_file_size(session, name, path),
+                                 "created": False}
             else:
                 path = f"{scratch}/{name}.bin"
                 self.progress.message(f"{session.target.name}: creating {name} ({spec.create}) in {scratch}")
@@ -208,6 +208,14 @@ class Campaign:
         writer.manifest["files"][session.target.name] = records
         writer.save()
         return files, created
+
+    def _existing_file_size(self, session: TargetSession, name: str, path: str) -> int:
+        probe = session.transport.run(["stat", "-L", "-c", "%s", path])
+        if probe.returncode != 0:
+            doc = self.plan.experiment.doc
+            loc = ("model",) if name == "model" and self.experiment.model else ("files", name, "path")
+            raise doc.error(loc, f"{path} does not exist on target {session.target.name}")
+        return int(probe.stdout.split()[0])
 
     # ------------------------------------------------------------------ one run
     def _spec(self, session: TargetSession, run: PlannedRun, files: dict[str, str], remote_dir: str) -> dict[str, Any]:

@@ -62,12 +62,44 @@ def describe(error: dict[str, Any], model: type[BaseModel], loc: Loc) -> str:
     return message
 
 
+def _data_loc(data: Any, loc: tuple[Any, ...]) -> tuple[Loc, bool]:
+    """Keep the parts of a pydantic loc that index into the data; drop union-branch tags such as
+    'str' or 'FioJob'. Also say whether the whole path exists (the last key may be an unknown one)."""
+    kept: list[str | int] = []
+    node, exists = data, True
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            kept.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            kept.append(part)
+            node = node[part]
+        elif isinstance(part, str) and (part[:1].isupper() or "[" in part or part in _TYPE_TAGS):
+            continue
+        else:
+            kept.append(part)  # a missing key: still the right place to point at
+            exists = False
+            node = None
+    return tuple(kept), exists
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "literal"}
+
+
+def _best_error(errors: list[dict[str, Any]], data: Any) -> tuple[dict[str, Any], Loc]:
+    """Among union alternatives, the error that got deepest into the data is the one to show."""
+    scored = []
+    for order, error in enumerate(errors):
+        loc, _ = _data_loc(data, tuple(error["loc"]))
+        scored.append((-len(loc), order, error, loc))
+    _, _, error, loc = min(scored, key=lambda item: item[:2])
+    return error, loc
+
+
 def validate(model: type[M], data: Any, doc: YamlDoc, prefix: Loc = ()) -> M:
     """Validate ``data`` (found at ``prefix`` in ``doc``) as ``model``; raise ConfigError on the first problem."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        # drop pydantic's union-branch tags (e.g. 'list[str]') which are not keys in the file
-        loc = tuple(p for p in first["loc"] if isinstance(p, int) or not str(p).startswith(("list[", "dict[")))
-        raise doc.error(prefix + loc, describe(first, model, loc)) from None
+        error, loc = _best_error(exc.errors(), data)
+        raise doc.error(prefix + loc, describe(error, model, loc)) from None
