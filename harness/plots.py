@@ -46,7 +46,9 @@ def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str
     """Read MB/s per fio job (the QD ladder), mean ± sd over runs, one bar per cache condition."""
     if fio.empty:
         return []
-    data = fio.merge(runs[["run_id", "cache"]], on="run_id", how="left")
+    data = fio.merge(runs.loc[runs["status"] == "ok", ["run_id", "cache"]], on="run_id", how="inner")
+    if data.empty:
+        return []
     data["read_mbps"] = data["read_bw_bytes_per_s"] / MB
     stats = data.groupby(["target", "job_name", "cache"])["read_mbps"].agg(["mean", "std", "count"]).reset_index()
     jobs = _ordered_jobs(stats["job_name"])

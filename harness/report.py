@@ -23,7 +23,8 @@ def fio_summary(rs: ResultSet) -> pd.DataFrame:
     fio, runs = rs.table("fio"), rs.table("runs")
     if fio.empty:
         return pd.DataFrame()
-    data = fio.merge(runs[["run_id", "cache"]], on="run_id", how="left")
+    # only finished runs enter aggregates; a failed or interrupted run's partial output stays in the table
+    data = fio.merge(runs.loc[runs["status"] == "ok", ["run_id", "cache"]], on="run_id", how="inner")
     data["read_mbps"] = data["read_bw_bytes_per_s"] / MB
     data["p99_ms"] = data["read_clat_p99_ns"] / 1e6
     out = data.groupby(["target", "cache", "job_name"]).agg(
