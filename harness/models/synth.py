@@ -34,7 +34,8 @@ QUANTS: dict[str, tuple[GGMLQuantizationType, LlamaFileType]] = {
 }
 ALIGNMENT = 32             # GGUF default; GGUFWriter pads every tensor to it
 SIZE_TOLERANCE = 0.05
-_MAX_AUTO_LAYERS = 48
+# 32, not 48: llama.cpp labels any 48-layer qwen3moe "30B.A3B" (and 94 "235B.A22B"), which misleads in reports
+_MAX_AUTO_LAYERS = 32
 
 
 @dataclass(frozen=True)

@@ -64,12 +64,16 @@ class PreparedSource:
     commit: str | None          # full llama.cpp commit if known
 
 
-def _run(cmd: list[str], *, cwd: Path | None = None, what: str) -> str:
+def _run(cmd: list[str], *, what: str, log: Path) -> str:
+    """Run a fetch command; its output goes to ``log`` and a failure is one line naming that log."""
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}[exit {proc.returncode}]\n")
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-        raise BuildError(f"{what} failed (exit {proc.returncode}): {last}")
+        raise BuildError(f"{what} failed (exit {proc.returncode}): {last.strip()}; log: {log}")
     return proc.stdout
 
 
@@ -140,6 +144,7 @@ def _prepare_sdist(spec: str, cache: Path) -> PreparedSource:
     m = _SDIST_RE.match(spec)
     assert m  # validated by SourceSpec
     name, version = m.group(1), m.group(2)
+    log = cache / "fetch.log"
     dest = cache / "sdist" / f"{name}-{version}"
     meta_file = dest / "source.json"
     if not meta_file.is_file():
@@ -148,7 +153,7 @@ def _prepare_sdist(spec: str, cache: Path) -> PreparedSource:
             tmpd = Path(tmp)
             _run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
                   "--disable-pip-version-check", f"{name}=={version}", "-d", str(tmpd / "dl")],
-                 what=f"pip download of {spec}")
+                 what=f"pip download of {spec}", log=log)
             archives = sorted((tmpd / "dl").glob("*.tar.gz"))
             if len(archives) != 1:
                 raise BuildError(f"pip download of {spec} gave {len(archives)} .tar.gz files, expected 1")
@@ -178,21 +183,26 @@ def _prepare_sdist(spec: str, cache: Path) -> PreparedSource:
 
 def _prepare_git(url: str, commit: str, cache: Path) -> PreparedSource:
     slug = hashlib.sha256(url.encode()).hexdigest()[:16]
+    log = cache / "fetch.log"
     dest = cache / "git" / f"{slug}-{commit[:12]}"
     done = dest / ".harness-checkout"
+
+    def git(*args: str, what: str) -> str:
+        return _run(["git", "-C", str(dest), *args], what=what, log=log)
+
     if not done.is_file():
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
-        _run(["git", "init", "-q", str(dest)], what="git init")
-        _run(["git", "-C", str(dest), "remote", "add", "origin", url], what="git remote add")
+        git("init", "-q", what="git init")
+        git("remote", "add", "origin", url, what="git remote add")
         try:  # a full SHA can be fetched shallowly from most servers; short ones and old servers need history
-            _run(["git", "-C", str(dest), "fetch", "-q", "--depth", "1", "origin", commit], what="git fetch")
-            _run(["git", "-C", str(dest), "checkout", "-q", "--detach", "FETCH_HEAD"], what="git checkout")
+            git("fetch", "-q", "--depth", "1", "origin", commit, what="git fetch")
+            git("checkout", "-q", "--detach", "FETCH_HEAD", what="git checkout")
         except BuildError:
-            _run(["git", "-C", str(dest), "fetch", "-q", "origin"], what=f"git fetch {url}")
-            _run(["git", "-C", str(dest), "checkout", "-q", "--detach", commit], what="git checkout")
+            git("fetch", "-q", "origin", what=f"git fetch {url}")
+            git("checkout", "-q", "--detach", commit, what=f"git checkout {commit}")
         done.write_text(url + "\n")
-    full = _run(["git", "-C", str(dest), "rev-parse", "HEAD"], what="git rev-parse").strip()
+    full = git("rev-parse", "HEAD", what="git rev-parse").strip()
     if not full.startswith(commit.lower()):
         raise BuildError(f"git checkout of {url} is at {full}, not {commit}")
     return PreparedSource(tree=_llama_root(dest), identity={"kind": "git", "url": url, "commit": full},
