@@ -20,12 +20,32 @@ def run_cli(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict[str, s
                           timeout=timeout, env={**os.environ, "COLUMNS": "200", **(env or {})}, check=False)
 
 
-@pytest.fixture
-def scratch_dir() -> Path:
-    """A temp dir on a real block device (not tmpfs), so cold-cache measurements mean something."""
-    import tempfile
+FILE_BYTES = 256 << 20
+SMALL = f"""\
+name: e2e
+files:
+  data: {{create: {FILE_BYTES}}}
+cache: both
+rounds: 2
+collect:
+  blockstat: {{period_ms: 10}}
+  threads: {{period_ms: 5}}
+steps:
+  - fio:
+      file: data
+      jobs: [randread-64k-qd1, randread-64k-qd4]
+      runtime_s: 1
+  - read: {{file: data, pattern: seq}}
+"""
 
-    base = Path("/var/tmp/harness-tests")
-    base.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=base) as tmp:
-        yield Path(tmp)
+
+@pytest.fixture(scope="session")
+def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One small quickstart-shaped campaign on this machine, shared by the tests that read its set."""
+    base = tmp_path_factory.mktemp("e2e")
+    exp = base / "e2e.yaml"
+    exp.write_text(SMALL)
+    scratch = Path("/var/tmp/harness-tests") / base.name
+    done = run_cli("run", str(exp), "--results", str(base / "results"), "--scratch", str(scratch))
+    sets = list((base / "results").iterdir())
+    return {"done": done, "sets": sets, "results": base / "results", "scratch": scratch}

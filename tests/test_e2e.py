@@ -20,28 +20,9 @@ import pytest
 
 from harness.errors import ResultSetError
 from harness.results.loader import load_result_set
-from tests.conftest import REPO, run_cli
+from tests.conftest import FILE_BYTES, REPO, SMALL, run_cli
 
 pytestmark = pytest.mark.slow
-
-FILE_BYTES = 256 << 20
-SMALL = f"""\
-name: e2e
-files:
-  data: {{create: {FILE_BYTES}}}
-cache: both
-rounds: 2
-collect:
-  blockstat: {{period_ms: 10}}
-  threads: {{period_ms: 5}}
-steps:
-  - fio:
-      file: data
-      jobs: [randread-64k-qd1, randread-64k-qd4]
-      runtime_s: 1
-  - read: {{file: data, pattern: seq}}
-"""
-
 
 def _live_processes_mentioning(text: str) -> list[str]:
     found = []
@@ -58,14 +39,8 @@ def _live_processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    base = tmp_path_factory.mktemp("e2e")
-    exp = base / "e2e.yaml"
-    exp.write_text(SMALL)
-    scratch = Path("/var/tmp/harness-tests") / base.name
-    done = run_cli("run", str(exp), "--results", str(base / "results"), "--scratch", str(scratch))
-    sets = list((base / "results").iterdir())
-    return {"done": done, "sets": sets, "results": base / "results", "scratch": scratch}
+def campaign(small_campaign: dict) -> dict:
+    return small_campaign
 
 
 @pytest.fixture(scope="module")
