@@ -179,6 +179,8 @@ def test_source_spec_needs_exactly_one_kind() -> None:
     with pytest.raises(ValueError, match="commit"):
         SourceSpec.model_validate({"git": "https://example.org/llama.cpp"})
     assert SourceSpec.model_validate({"path": "/x"}).kind == "path"
+    with pytest.raises(BuildError, match="exactly one of sdist, git, path; got sdist, git"):
+        build_llamacpp({"sdist": SDIST, "git": "https://example.org/x", "commit": "abc"})
 
 
 def test_path_source_identity_follows_content(tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from harness.engines.errors import BuildError
 from harness.engines.llamacpp.source import PreparedSource, SourceSpec, copy_tree, prepare_source, sha256_file
 
@@ -189,7 +191,11 @@ def build_llamacpp(
     Raises BuildError with a one-line message naming what failed and the log file.
     """
     say = log or _log.info
-    spec = source if isinstance(source, SourceSpec) else SourceSpec.model_validate(source)
+    try:
+        spec = source if isinstance(source, SourceSpec) else SourceSpec.model_validate(source)
+    except ValidationError as e:
+        why = e.errors()[0]["msg"].removeprefix("Value error, ")
+        raise BuildError(f"engine source {source!r}: {why}") from None
     cache_dir = Path(cache_dir).expanduser().resolve()
     patch_paths = [Path(p).expanduser().resolve() for p in patches]
     for p in patch_paths:
