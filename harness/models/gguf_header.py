@@ -78,6 +78,16 @@ class _Reader:
             raise ModelError("corrupt GGUF header (string longer than the file)")
         return self.take(n).decode("utf-8", errors="replace")
 
+    def skip_strings(self, n: int) -> None:
+        fmt = self.bo + "Q"
+        for _ in range(n):
+            self._need(8)
+            length = struct.unpack_from(fmt, self.buf, self.pos)[0]
+            if length > self.size:
+                raise ModelError("corrupt GGUF header (string longer than the file)")
+            self._need(8 + length)
+            self.pos += 8 + length
+
     def value(self, vtype: int) -> Any:
         if vtype in _SCALAR:
             return self.scalar(_SCALAR[vtype])
@@ -93,6 +103,9 @@ class _Reader:
                 if n > 64 and not self.full_arrays:
                     return {"array": sub, "n": n}
                 return list(struct.unpack(f"{self.bo}{n}{fmt}", raw))
+            if sub == _STRING and n > 64 and not self.full_arrays:
+                self.skip_strings(n)  # tokenizer vocabularies: 100k+ strings nobody asked for
+                return {"array": sub, "n": n}
             items = [self.value(sub) for _ in range(n)]
             return items if n <= 64 or self.full_arrays else {"array": sub, "n": n}
         raise ModelError(f"corrupt GGUF header (unknown value type {vtype})")
