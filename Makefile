@@ -21,6 +21,7 @@ system-deps:
 	command -v fio >/dev/null || missing="$$missing fio"; \
 	command -v cc >/dev/null || missing="$$missing gcc libc6-dev"; \
 	command -v make >/dev/null || missing="$$missing make"; \
+	$(PYTHON) -c "import ensurepip, venv" 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing:$$missing"; \

@@ -46,6 +46,8 @@ def read_summary(rs: ResultSet) -> pd.DataFrame:
         "run": reads["run_id"], "target": reads["target"], "cache": reads["cache"], "status": reads["status"],
         "resident %": reads["residency_before_pct"], "file MB": reads["cache_files_bytes"] / MB,
         "device MB": reads["dev_read_bytes"] / MB,
+        # what the reader itself fetched from storage: the device delta minus everyone else's I/O
+        "process MB": reads.get("proc_storage_read_bytes", pd.Series(index=reads.index, dtype=float)) / MB,
         "MB/s": reads["cache_files_bytes"] / reads["step_duration_s"] / MB})
     return out
 
