@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Overhead of the native sampler (runner/native) on an I/O-bound 16-thread process. Run on demand, not in CI.
 
-    python3 bench/sampler_overhead.py [--file /var/tmp/x.bin] [--size-gib 2] [--rounds 5] [--round-s 10]
+    python3 bench/sampler_overhead.py [--file /var/tmp/x.bin] [--size-gib 2] [--rounds 8] [--round-s 8]
 
 1. Sampler CPU: `sampler threads PID --period-ms 5` attached to the reader for >= 20 s (and, alongside it,
    `sampler block DEV --period-ms 10`); CPU = delta of utime+stime from /proc/<sampler>/stat, cross-checked with the
@@ -198,8 +198,8 @@ def main() -> int:
     ap.add_argument("--block-kib", type=int, default=64)
     ap.add_argument("--period-ms", type=int, default=5)
     ap.add_argument("--cpu-s", type=float, default=30.0, help="duration of the CPU measurement (>= 20)")
-    ap.add_argument("--rounds", type=int, default=5, help="A/B pairs")
-    ap.add_argument("--round-s", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=8, help="A/B pairs (>= 4)")
+    ap.add_argument("--round-s", type=float, default=8.0)
     ap.add_argument("--keep", action="store_true", help="keep the test file")
     a = ap.parse_args()
 
@@ -302,6 +302,9 @@ def main() -> int:
         f"{t['sched_pct']:.2f} (schedstat), {t['ticks_pct']:.2f} (utime+stime) |"
     )
     print(f"| sampler threads samples / overruns | {t.get('samples')} / {t.get('overruns')} |")
+    if t.get("samples"):
+        per = t["sched_pct"] / 100.0 * t["wall_s"] / (t["samples"] * nthreads) * 1e6
+        print(f"| sampler threads CPU per thread per sample | {per:.2f} µs |")
     print(
         f"| sampler block, 10 ms, CPU % of one core | {b['sched_pct']:.3f} (schedstat), "
         f"{b['ticks_pct']:.3f} (utime+stime) |"
@@ -310,7 +313,10 @@ def main() -> int:
     print(f"| reader MB/s without sampler (A, n={len(a_mbps)}) | {ma:.1f} ± {sa:.1f} |")
     print(f"| reader MB/s with sampler (B, n={len(b_mbps)}) | {mb:.1f} ± {sb_:.1f} |")
     print(f"| change of means (B vs A) | {100.0 * (mb - ma) / ma:+.2f} % |")
-    print(f"| paired change per round (B vs preceding A) | {md:+.2f} ± {sd_d:.2f} % |")
+    print(
+        f"| paired change per round (B vs preceding A) | {md:+.2f} ± {sd_d:.2f} % "
+        f"(standard error {sd_d / len(diffs) ** 0.5:.2f} %) |"
+    )
     return 0
 
 
