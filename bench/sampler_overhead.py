@@ -125,6 +125,13 @@ def proc_cpu(pid: int) -> tuple[int, int]:
     return ticks, ns
 
 
+def system_busy_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs from /proc/stat."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = f[3] + (f[4] if len(f) > 4 else 0)
+    return sum(f[:8]) - idle, sum(f[:8])
+
+
 class Reader:
     def __init__(self, exe: Path, file: Path, threads: int, block: int, seconds: float):
         self.p = subprocess.Popen(
@@ -258,7 +265,7 @@ def main() -> int:
         results["cpu_reader_mbps"] = rd.result_mbps()
 
         # ---- 2. throughput A/B, interleaved
-        a_mbps, b_mbps, b_cpu = [], [], []
+        a_mbps, b_mbps, b_cpu, background = [], [], [], []
         for i in range(a.rounds):
             for variant in ("A", "B"):
                 drop()
@@ -268,14 +275,23 @@ def main() -> int:
                     s = Sampler(["threads", str(rd.pid), "--period-ms", str(a.period_ms)], work / f"ab-{i}.txt")
                     c_start = proc_cpu(s.p.pid)
                     t_start = time.monotonic()
+                sys0 = system_busy_ticks()
+                rd_cpu0 = proc_cpu(rd.pid)[0]
                 rd.go()
-                mbps = rd.result_mbps()
+                time.sleep(max(0.0, a.round_s - 0.3))  # measure CPU while the reader still runs
+                rd_cpu1 = proc_cpu(rd.pid)[0]
+                sys1 = system_busy_ticks()
+                own = rd_cpu1 - rd_cpu0
                 if s:
                     c_end = proc_cpu(s.p.pid)
+                    own += c_end[0] - c_start[0]
                     b_cpu.append(100.0 * (c_end[1] - c_start[1]) / 1e9 / (time.monotonic() - t_start))
+                background.append((sys1[0] - sys0[0] - own) / tck / (a.round_s - 0.3))
+                mbps = rd.result_mbps()
+                if s:
                     s.stop()
                 (a_mbps if variant == "A" else b_mbps).append(mbps)
-                print(f"round {i + 1} {variant}: {mbps:8.1f} MB/s", flush=True)
+                print(f"round {i + 1} {variant}: {mbps:8.1f} MB/s  (other load {background[-1]:.2f} cores)", flush=True)
     finally:
         if created and not a.keep:
             a.file.unlink(missing_ok=True)
@@ -285,7 +301,7 @@ def main() -> int:
 
     ma, sa = mean_sd(a_mbps)
     mb, sb_ = mean_sd(b_mbps)
-    diffs = [100.0 * (b - x) / x for x, b in zip(a_mbps, b_mbps)]
+    diffs = [100.0 * (b - x) / x for x, b in zip(a_mbps, b_mbps, strict=True)]
     md, sd_d = mean_sd(diffs)
     t, b = results["threads"], results["block"]
     print()
@@ -310,6 +326,10 @@ def main() -> int:
         f"{b['ticks_pct']:.3f} (utime+stime) |"
     )
     print(f"| sampler threads CPU % during B rounds | {statistics.mean(b_cpu):.2f} |")
+    print(
+        f"| CPU load from other processes during the A/B rounds | {statistics.mean(background):.2f} cores "
+        f"(max {max(background):.2f}) of {os.cpu_count()} |"
+    )
     print(f"| reader MB/s without sampler (A, n={len(a_mbps)}) | {ma:.1f} ± {sa:.1f} |")
     print(f"| reader MB/s with sampler (B, n={len(b_mbps)}) | {mb:.1f} ± {sb_:.1f} |")
     print(f"| change of means (B vs A) | {100.0 * (mb - ma) / ma:+.2f} % |")

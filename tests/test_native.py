@@ -18,6 +18,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -326,14 +327,14 @@ def test_block_on_real_device(native: Path, big_file: Path, disk_dir: Path, tmp_
     assert all(len(r) == 1 + nfields for r in rows)
     assert all(all(f.isdigit() for f in r) for r in rows)
     ts = [int(r[0]) for r in rows]
-    assert all(b > a for a, b in zip(ts, ts[1:]))
+    assert all(b > a for a, b in pairwise(ts))
     assert t_start <= ts[0] and ts[-1] <= t_stop <= t_end  # CLOCK_MONOTONIC, same clock as Python's
     # the stats are re-read every sample: the 64 MiB cold read shows up in the sectors-read counter
     assert int(rows[-1][3]) - int(rows[0][3]) >= 64 * MiB // 512
     # period roughly respected: ~100 samples per second, no bursts
     span_s = (ts[-1] - ts[0]) / 1e9
     assert 0.5 * span_s * 100 <= len(ts) - 1 <= 1.05 * span_s * 100 + 2
-    gaps = sorted(b - a for a, b in zip(ts, ts[1:]))
+    gaps = sorted(b - a for a, b in pairwise(ts))
     assert 8e6 <= gaps[len(gaps) // 2] <= 13e6
     assert overruns <= samples // 10
 
@@ -387,7 +388,7 @@ def test_sampler_overrun_skips_missed_deadlines(native: Path, tmp_path: Path):
     _, samples, overruns = _stop_line(trailer)
     assert overruns >= 1
     ts = [int(r.split(" ")[0]) for r in recs]
-    gaps = [b - a for a, b in zip(ts, ts[1:])]
+    gaps = [b - a for a, b in pairwise(ts)]
     assert max(gaps) >= 300e6  # the stall is visible ...
     # ... and was not "caught up" with a burst of back-to-back samples: at most the late sample itself lands
     # close to the next on-schedule one
@@ -500,7 +501,9 @@ def parse_threads(recs: list[str]) -> list[dict]:
         assert len(f) == 8, r
         t, tid, state, majflt, ut, st, comm, wchan = f
         rows.append(
-            dict(t=int(t), tid=int(tid), state=state, majflt=int(majflt), ut=int(ut), st=int(st), comm=comm, wchan=wchan)
+            dict(
+                t=int(t), tid=int(tid), state=state, majflt=int(majflt), ut=int(ut), st=int(st), comm=comm, wchan=wchan
+            )
         )
     return rows
 
@@ -523,7 +526,10 @@ def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
 
     header, recs, trailer = read_output(out)
     tck = os.sysconf("SC_CLK_TCK")
-    assert header == f"# harness-sampler v1 mode=threads pid={child.pid} period_ms=5 clock_ticks_per_s={tck} clock=monotonic"
+    assert (
+        header
+        == f"# harness-sampler v1 mode=threads pid={child.pid} period_ms=5 clock_ticks_per_s={tck} clock=monotonic"
+    )
     assert len(trailer) == 1 and EXIT_RE.match(trailer[0]), trailer
     assert out.read_text().splitlines()[-1] == trailer[0]  # the exit line is the last line
     rows = parse_threads(recs)
@@ -589,7 +595,10 @@ def test_threads_sigterm_and_reaped_process(native: Path, tmp_path: Path):
 def test_threads_missing_process_fails(native: Path, tmp_path: Path):
     (tmp_path / "proc").mkdir()
     r = subprocess.run(
-        [str(native / "sampler"), "threads", "4242", "--root", str(tmp_path)], capture_output=True, text=True, timeout=10
+        [str(native / "sampler"), "threads", "4242", "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=10,
     )
     assert r.returncode == 1
     assert f"{tmp_path}/proc/4242" in r.stderr
