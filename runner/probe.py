@@ -136,4 +136,8 @@ def facts(files=(), block_device="auto", tools=()):
     dev = resolve_block_device(block_device, files)
     if dev:
         out.update(_block_facts(dev))
+    # platform-specific facts (Jetson clocks, Android properties, macOS sysctl), auto-detected
+    from runner import platform_probes
+
+    out.update(platform_probes.facts())
     return out

@@ -13,6 +13,7 @@ from typing import Any
 from ._common import ParseError
 from .blockstat import parse_blockstat
 from .fio import parse_fio
+from .jetson_clocks import parse_jetson_clocks
 from .nvpmodel import parse_nvpmodel
 from .sampler import parse_sampler_threads
 from .tegrastats import parse_tegrastats
@@ -25,6 +26,7 @@ PARSERS: dict[str, Parser] = {
     "sampler-threads": parse_sampler_threads,
     "tegrastats": parse_tegrastats,
     "nvpmodel": parse_nvpmodel,
+    "jetson-clocks": parse_jetson_clocks,
 }
 
 

@@ -54,4 +54,5 @@ def register_platform(cls: type[Platform]) -> type[Platform]:
 
 Check = Callable[[Any, dict[str, Any], Any], ExpectationResult]
 
+from harness.platforms import jetson as _jetson  # noqa: E402,F401  (registers)
 from harness.platforms import linux as _linux  # noqa: E402,F401  (registers)
