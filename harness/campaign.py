@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness import emulation
 from harness.collectors import COLLECTORS, collector_configs
 from harness.config.target import Target
 from harness.errors import ExpectationError, TargetError, ToolMissingError
@@ -106,6 +107,10 @@ class Campaign:
                 for name, spec in self.experiment.named_files().items():
                     if spec.path is not None:
                         self._existing_file_size(session, name, spec.path)
+                # a machine that cannot emulate the board refuses here, before a set exists (exit 2)
+                paths = [s.path for s in self.experiment.named_files().values() if s.path is not None]
+                emulation.preflight(session, self.experiment, self.plan.experiment.doc,
+                                    paths + [self.scratch or session.workdir])
         except BaseException:
             for session in sessions:
                 session.close()
@@ -228,6 +233,7 @@ class Campaign:
             "native_bin": session.native_bin,
             "collectors": [COLLECTORS[name].runner_spec(cfg) for name, cfg in self.collectors.items()],
             "step": {"kind": run.step, **step.runner_spec(run.cell.config, files, run.cache)},
+            "emulate": emulation.runner_spec(self.experiment, run.params, self.plan.experiment.doc),
             "run_dir": remote_dir,
         }
 

@@ -17,12 +17,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness import __version__  # noqa: E402
+from harness.emulation import emulation_note  # noqa: E402
 from harness.steps.fio import LADDER  # noqa: E402
 
 MB = 1e6
 
 
-def _save(fig: Any, out_dir: Path, name: str, set_id: str, settings: str) -> list[Path]:
+def _save(fig: Any, out_dir: Path, name: str, set_id: str, settings: str,
+          runs: pd.DataFrame | None = None) -> list[Path]:
+    """Footer and metadata; pass the runs the figure was made from so their board emulation shows."""
+    note = emulation_note(runs)
+    settings = f"{settings} · {note}" if note else settings
     fig.text(0.01, 0.005, f"{set_id} · {settings}", fontsize=6, color="0.4", ha="left", va="bottom")
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -68,7 +73,7 @@ def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str
         ax.set_ylabel("read MB/s (mean ± sd)")
         ax.set_title(f"fio ladder on {target}")
         ax.legend(title="cache", fontsize=8)
-    return _save(fig, out_dir, "fio_ladder", set_id, settings)
+    return _save(fig, out_dir, "fio_ladder", set_id, settings, runs[runs["run_id"].isin(data["run_id"])])
 
 
 def timeline(runs: pd.DataFrame, blockstat: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
@@ -97,7 +102,7 @@ def timeline(runs: pd.DataFrame, blockstat: pd.DataFrame, out_dir: Path, set_id:
                          xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="center", va="top",
                          color="0.3")
         ax1.set_title(f"run timeline on {target}")
-        figures += _save(fig, out_dir, f"timeline_{target}", set_id, settings)
+        figures += _save(fig, out_dir, f"timeline_{target}", set_id, settings, rs)
     return figures
 
 
@@ -115,4 +120,4 @@ def read_accounting(runs: pd.DataFrame, out_dir: Path, set_id: str, settings: st
     ax.set_xticks(range(len(reads)), reads["label"], rotation=60, ha="right", fontsize=6)
     ax.set_ylabel("device read bytes / file bytes")
     ax.set_title("block-stat accounting: cold ≈ 1, warm ≈ 0")
-    return _save(fig, out_dir, "read_accounting", set_id, settings)
+    return _save(fig, out_dir, "read_accounting", set_id, settings, reads)

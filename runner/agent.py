@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 
-from runner import RUNNER_VERSION, cache, probe
+from runner import RUNNER_VERSION, cache, emulate, probe
 from runner.collectors import CollectorError, Collectors
 from runner.steps import STEPS, StepFailed
 from runner.util import now, read_text, tail, write_checksums, write_json
@@ -43,8 +43,9 @@ def _exit_code(status):
 class RunContext:
     """What a step may do: make paths in the run dir, spawn processes (tracked), wait for them."""
 
-    def __init__(self, spec, run_dir, collectors):
+    def __init__(self, spec, run_dir, collectors, emulation=None):
         self.spec, self.run_dir, self.collectors = spec, run_dir, collectors
+        self.emulation = emulation
         self.processes = []
         self.rusage = {}
 
@@ -56,11 +57,16 @@ class RunContext:
         out = open(self.path(name + ".stdout"), "wb")
         err = open(self.path(name + ".stderr"), "wb")
         try:
+            # preexec: the child joins the emulation cgroup before exec, so all it touches is charged there
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True, cwd=self.run_dir,
-                                    env=dict(os.environ, **(env or {})))
+                                    env=dict(os.environ, **(env or {})),
+                                    preexec_fn=self.emulation.preexec() if self.emulation else None)
         except OSError as exc:
             raise StepFailed("cannot start %s: %s" % (argv[0], exc)) from None
+        except subprocess.SubprocessError:
+            raise StepFailed("cannot start %s inside the emulation cgroup %s"
+                             % (argv[0], sorted(self.emulation.dirs.values()))) from None
         finally:
             out.close()
             err.close()
@@ -131,18 +137,24 @@ def run(spec_path):
     device = probe.resolve_block_device(spec.get("block_device", "auto"), files)
     record["block_device"] = device
     collectors = Collectors(spec.get("collectors", []), native_bin, run_dir, device)
-    ctx = RunContext(spec, run_dir, collectors)
+    emulation = emulate.Emulation(spec.get("emulate"), spec["run_id"], device)
+    ctx = RunContext(spec, run_dir, collectors, emulation)
     try:
+        repaired = emulate.repair()  # a runner killed mid-run may have left read_ahead_kb or a cgroup
+        if repaired:
+            record["emulation_repaired"] = repaired
+        record["emulation"] = emulation.setup()  # refuses (EmulationError) before anything runs
         record["entry_state"] = probe.entry_state()
         record["cache"] = {"condition": spec["cache"], "before": cache.prepare(native_bin, spec["cache"], files)}
         collectors.start_global()
         record["blockstat_before"] = blockstat_line(device)
+        emulation.note_before_step()
         record["step_started"] = now()
         record["summary"] = STEPS[spec["step"]["kind"]](ctx, spec["step"])
         record["step_ended"] = now()
         record["blockstat_after"] = blockstat_line(device)
         record["status"] = "ok"
-    except (StepFailed, cache.CacheStateError, CollectorError) as exc:
+    except (StepFailed, cache.CacheStateError, CollectorError, emulate.EmulationError) as exc:
         record.update(status="failed", error=str(exc))
     except Interrupted as exc:
         record.update(status="interrupted", error=str(exc))
@@ -152,6 +164,11 @@ def run(spec_path):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         ctx.cleanup()
+        record["emulation"] = emulation.teardown()  # after the step's processes: stats, rmdir, restore
+        oom = ((record["emulation"] or {}).get("stats") or {}).get("oom_kill")
+        if oom and record["status"] != "ok":
+            record["error"] = "%s (OOM kill in the emulation cgroup: %d process(es) exceeded memory %s)" % (
+                record["error"], oom, emulation.wanted.get("memory_bytes"))
         record.setdefault("step_ended", now())
         record.setdefault("blockstat_after", blockstat_line(device))
         sampler_errors = collectors.stop_all()

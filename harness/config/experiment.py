@@ -57,6 +57,8 @@ class Experiment(StrictModel):
     rounds: Annotated[int, Field(ge=1)] = 1
     cache: Literal["cold", "warm", "both", "none"] = "cold"
     collect: dict[str, dict[str, Any] | None] | list[str] = Field(default_factory=list)
+    # board emulation (harness.emulation): memory / I/O budget and read_ahead_kb; values may be templates
+    emulate: dict[str, Any] | None = None
     steps: list[dict[str, Any]] = Field(min_length=1)
 
     @field_validator("matrix")
@@ -103,4 +105,7 @@ def load_experiment(path: Path) -> LoadedExperiment:
 
     check_steps(experiment, doc)
     check_collectors(experiment, doc)
+    from harness.emulation import check_emulation
+
+    check_emulation(experiment, doc)
     return LoadedExperiment(experiment, doc, path, path.read_text(encoding="utf-8"))

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from harness.collectors import COLLECTORS
+from harness.emulation import emulation_columns
 from harness.parsers import ParseError, parse
 from harness.parsers.blockstat import delta as blockstat_delta
 from harness.steps import STEPS
@@ -66,6 +67,7 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
         seconds = row.get("step_duration_s")
         if seconds and moved.get("read_bytes") is not None:
             row["dev_read_bytes_per_s"] = moved["read_bytes"] / seconds
+    row.update(emulation_columns(record))  # emu_*: effective limits and cgroup stats of an emulated run
     for usage in (record.get("rusage") or {}).values():
         for key, value in usage.items():
             row[f"proc_{key}"] = value

@@ -1,0 +1,157 @@
+"""Board emulation, controller side: the ``emulate:`` key, its preflight, and how runs show it.
+
+``emulate: {memory: 512M, read_bytes_per_s: 600M, read_iops: 5000, read_ahead_kb: 128}`` (every key
+optional; values may be matrix templates such as ``"{read_ahead_kb}"``) runs each step in a fresh
+cgroup with that budget and sets the block device's read_ahead_kb for the run. The target side is
+``runner/emulate.py``; a machine that cannot do it refuses the experiment before a result set exists.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+from pydantic import Field, field_validator
+
+from harness.config.template import render
+from harness.config.validate import StrictModel, validate
+from harness.config.yamlsrc import YamlDoc
+from harness.errors import EmulationError, TargetError
+from harness.units import format_size, parse_size
+
+# smaller than this and not even the runner's reader starts: a typo (64k for 64M), not a budget
+MIN_MEMORY_BYTES = 4 << 20
+
+
+class EmulateConfig(StrictModel):
+    memory: str | int | None = Field(default=None, description="memory budget, e.g. 512M (page cache included)")
+    read_bytes_per_s: str | int | None = Field(default=None, description="device read throttle, e.g. 600M")
+    read_iops: int | None = Field(default=None, gt=0, description="device read IOPS throttle")
+    read_ahead_kb: int | None = Field(default=None, ge=0, description="block device read_ahead_kb for the run")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str | int | None) -> str | int | None:
+        if value is not None and parse_size(value) < MIN_MEMORY_BYTES:
+            raise ValueError(f"expected a memory budget of at least {format_size(MIN_MEMORY_BYTES)}, like 512M")
+        return value
+
+    @field_validator("read_bytes_per_s")
+    @classmethod
+    def _rate(cls, value: str | int | None) -> str | int | None:
+        if value is not None and parse_size(value) <= 0:
+            raise ValueError("expected a positive rate in bytes per second, like 600M")
+        return value
+
+    def runner_spec(self) -> dict[str, Any] | None:
+        """What ``runner/emulate.py`` reads: plain byte counts, plus what the user wrote."""
+        spec = {
+            "memory_bytes": None if self.memory is None else parse_size(self.memory),
+            "read_bytes_per_s": None if self.read_bytes_per_s is None else parse_size(self.read_bytes_per_s),
+            "read_iops": self.read_iops,
+            "read_ahead_kb": self.read_ahead_kb,
+        }
+        if all(value is None for value in spec.values()):
+            return None
+        spec["requested"] = {k: v for k, v in self.model_dump().items() if v is not None}
+        return spec
+
+
+def emulation_for(raw: dict[str, Any] | None, params: dict[str, Any], doc: YamlDoc) -> EmulateConfig | None:
+    """The ``emulate:`` block rendered for one matrix cell and validated (ConfigError with file:line)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise doc.error(("emulate",), "expected a mapping like {memory: 512M, read_ahead_kb: 128}")
+    return validate(EmulateConfig, render(raw, params, doc, ("emulate",)), doc, ("emulate",))
+
+
+def check_emulation(experiment: Any, doc: YamlDoc) -> None:
+    """Every matrix cell's emulation is valid: a bad template or size fails before any run."""
+    for params in _cells(experiment):
+        emulation_for(experiment.emulate, params, doc)
+
+
+def runner_spec(experiment: Any, params: dict[str, Any], doc: YamlDoc) -> dict[str, Any] | None:
+    config = emulation_for(experiment.emulate, params, doc)
+    return config.runner_spec() if config else None
+
+
+def preflight(session: Any, experiment: Any, doc: YamlDoc, paths: list[str]) -> None:
+    """Ask the target whether it can emulate what the experiment wants; EmulationError (exit 2) if not."""
+    wanted: dict[str, int] = {}
+    for params in _cells(experiment):
+        spec = runner_spec(experiment, params, doc) or {}
+        wanted.update({k: 1 for k, v in spec.items() if v is not None and k != "requested"})
+    if not wanted:
+        return
+    argv = [session.python, "-m", "runner.emulate", "check", "--emulate", json.dumps(wanted),
+            "--block-device", session.target.block_device or "auto"]
+    for path in paths:
+        argv += ["--file", path]
+    try:
+        done = session.transport.run(argv, cwd=session.runner_root, timeout=60)
+    except TargetError as exc:
+        raise EmulationError(f"target {session.target.name}: emulation check failed: {exc}") from None
+    if done.returncode != 0:
+        text = (done.stdout or done.stderr).decode(errors="replace").strip()
+        raise EmulationError(f"target {session.target.name}: {text.splitlines()[-1] if text else 'check failed'}")
+
+
+def _cells(experiment: Any) -> list[dict[str, Any]]:
+    from harness.plan import matrix_cells
+
+    return matrix_cells(experiment.matrix)
+
+
+# ---------------------------------------------------------------------- results
+_EFFECTIVE = ("memory_bytes", "memory_swap_bytes", "read_bytes_per_s", "read_iops", "read_ahead_kb")
+_STATS = ("memory_peak_bytes", "memory_failcnt", "oom_kill", "pgmajfault", "cache_bytes", "rss_bytes",
+          "io_read_bytes", "io_read_ios")
+
+
+def emulation_columns(record: dict[str, Any] | None) -> dict[str, Any]:
+    """``emu_*`` columns of the runs table: effective limits (read back from the kernel) and cgroup stats."""
+    emu = (record or {}).get("emulation")
+    if not emu:
+        return {}
+    row: dict[str, Any] = {"emulated": True}
+    backend = emu.get("backend") or {}
+    row["emu_backend"] = ",".join(f"{k}:{v}" for k, v in sorted(backend.items())) or None
+    effective, stats = emu.get("effective") or {}, emu.get("stats") or {}
+    for key in _EFFECTIVE:
+        row[f"emu_{key}"] = effective.get(key)
+    row["emu_read_ahead_kb_seen"] = emu.get("read_ahead_kb_seen")
+    row["emu_read_ahead_kb_original"] = emu.get("read_ahead_kb_original")
+    for key in _STATS:
+        row[f"emu_{key}"] = stats.get(key)
+    row["emu_cgroups_removed"] = emu.get("cgroups_removed")
+    if emu.get("teardown_errors"):
+        row["emu_teardown_errors"] = "; ".join(emu["teardown_errors"])
+    return row
+
+
+def _values(runs: pd.DataFrame, column: str, fmt: Any) -> str | None:
+    if column not in runs:
+        return None
+    seen = list(dict.fromkeys(v for v in runs[column] if pd.notna(v)))
+    return "|".join(fmt(v) for v in seen) if seen else None
+
+
+def emulation_note(runs: pd.DataFrame | None) -> str:
+    """'emulated: memory 512.0 MiB · read_ahead_kb 8192|128' for the runs a figure was made from ('' if none)."""
+    if runs is None or runs.empty or "emulated" not in runs:
+        return ""
+    runs = runs[runs["emulated"].fillna(False).astype(bool)]
+    if runs.empty:
+        return ""
+    parts = []
+    for label, column, fmt in (("memory", "emu_memory_bytes", format_size),
+                               ("read", "emu_read_bytes_per_s", lambda v: format_size(v) + "/s"),
+                               ("read IOPS", "emu_read_iops", lambda v: f"{v:.0f}"),
+                               ("read_ahead_kb", "emu_read_ahead_kb", lambda v: f"{v:.0f}")):
+        shown = _values(runs, column, fmt)
+        if shown:
+            parts.append(f"{label} {shown}")
+    return "emulated: " + (" · ".join(parts) if parts else "yes")
