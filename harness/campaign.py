@@ -22,6 +22,7 @@ from harness.collectors import COLLECTORS, collector_configs
 from harness.config.target import Target
 from harness.errors import ExpectationError, TargetError, ToolMissingError
 from harness.plan import Plan, PlannedRun
+from harness.platforms import runstate
 from harness.results.ingest import write_tables
 from harness.results.store import ResultSetWriter, new_set_id
 from harness.session import TargetSession, open_session
@@ -161,7 +162,10 @@ class Campaign:
             self._check_expectations(session, writer, facts, "before")
             self.progress.target_started(target.name, len(self.plan.runs))
             for run in self.plan.runs:
+                # temperature gate and expectations around every run: clocks can change under load
+                runstate.before_run(session, writer, run, self.experiment.expect, self.progress.message)
                 self._run_one(session, writer, run, files)
+                runstate.after_run(session, writer, run, self.experiment.expect)
             self._check_expectations(session, writer, facts, "after")
         finally:
             for path in created:

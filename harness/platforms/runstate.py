@@ -1,0 +1,94 @@
+"""Board state around every run: the temperature gate, then expectations before and after.
+
+Clocks and power modes can change under load (thermal throttling, a daemon re-applying nvpmodel),
+so expectations are read back before and after each run, not once per campaign. The optional
+``tj_below_c`` gate waits for the board to cool before a run (BigMoeOnEdge gates every cell on
+temperature); the wait is recorded in the manifest entry of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from harness.errors import ExpectationError, TargetError
+
+POLL_S = 5.0
+DEFAULT_TIMEOUT_S = 600.0
+_THERMAL = "import json; from runner import platform_probes as p; print(json.dumps(p.thermal_zones()))"
+
+
+def read_tj(session: Any) -> tuple[str | None, float | None]:
+    """(zone, degrees C): the junction zone (``tj-thermal``) or, without one, the hottest zone."""
+    done = session.transport.run([session.python, "-c", _THERMAL], cwd=session.runner_root, timeout=60).check()
+    try:
+        zones = {k: float(v) for k, v in json.loads(done.stdout).items() if float(v) > -200}  # -256: offline
+    except (ValueError, AttributeError):
+        raise TargetError(f"target {session.target.name}: thermal zones unreadable") from None
+    if not zones:
+        return None, None
+    junction = [name for name in zones if "tj" in name.lower()]
+    name = junction[0] if junction else max(zones, key=zones.get)  # type: ignore[arg-type]
+    return name, zones[name]
+
+
+def wait_for_temperature(session: Any, expect: dict[str, Any], message: Any = None) -> dict[str, Any] | None:
+    """Block until tj < ``tj_below_c``; return what was waited (for the record) or None without a gate."""
+    if "tj_below_c" not in expect:
+        return None
+    bound = float(expect["tj_below_c"])
+    timeout = float(expect.get("tj_wait_timeout_s", DEFAULT_TIMEOUT_S))
+    start = time.monotonic()
+    zone, first = read_tj(session)
+    if zone is None:
+        raise ExpectationError(f"target {session.target.name}: tj_below_c is set but no thermal zone is readable")
+    temp, said = first, False
+    while temp is not None and temp >= bound:
+        waited = time.monotonic() - start
+        if waited >= timeout:
+            raise ExpectationError(f"target {session.target.name}: {zone} stayed at {temp:.1f} C, not below "
+                                   f"{bound:g} C, for {waited:.0f} s (tj_wait_timeout_s {timeout:g})")
+        if message and not said:
+            message(f"{session.target.name}: waiting for {zone} {temp:.1f} C to drop below {bound:g} C")
+            said = True
+        time.sleep(min(POLL_S, max(0.1, timeout - waited)))
+        zone, temp = read_tj(session)
+    return {"zone": zone, "bound_c": bound, "start_c": first, "end_c": temp,
+            "waited_s": round(time.monotonic() - start, 3)}
+
+
+def check(session: Any, expect: dict[str, Any], when: str) -> list[dict[str, Any]]:
+    """Probe and check; raise ExpectationError naming the first failure. Returns the results."""
+    facts = session.platform.probe(session, [])
+    results = session.platform.check(expect, facts, session)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise ExpectationError(f"target {session.target.name}: expectation {failed[0].name} failed {when}: "
+                               f"{failed[0].message}")
+    return [r.__dict__ for r in results]
+
+
+def before_run(session: Any, writer: Any, run: Any, expect: dict[str, Any], message: Any = None) -> None:
+    if not expect:
+        return
+    try:
+        gate = wait_for_temperature(session, expect, message)
+        if gate is not None:
+            writer.update_run(run.run_id, tj_gate=gate)
+        check(session, expect, f"before run {run.run_id}")
+    except ExpectationError as exc:
+        writer.update_run(run.run_id, status="skipped", error=str(exc))
+        raise
+    writer.update_run(run.run_id, expectations_before="ok")
+
+
+def after_run(session: Any, writer: Any, run: Any, expect: dict[str, Any]) -> None:
+    if not expect:
+        return
+    try:
+        check(session, expect, f"after run {run.run_id}")
+    except ExpectationError as exc:
+        writer.update_run(run.run_id, expectations_after=str(exc))
+        raise
+    writer.update_run(run.run_id, expectations_after="ok")

@@ -1,0 +1,71 @@
+"""Board state around runs on a fake Jetson: expectations read back before and after every run, the
+temperature gate waited for and recorded, a failed expectation stops the campaign."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests import fakeboard as fb
+from tests.conftest import run_cli
+
+
+def _experiment(base: Path, expect: str, collect: str = "") -> Path:
+    exp = base / "jet.yaml"
+    exp.write_text(f"""name: jet
+targets: [orin]
+files:
+  data: {{create: 4M}}
+cache: none
+rounds: 2
+expect: {expect}
+{collect}
+steps:
+  - read: {{file: data, pattern: seq}}
+""")
+    return exp
+
+
+def _campaign(tmp_path: Path, expect: str, collect: str = "", **tree: object):  # noqa: ANN202
+    root = fb.jetson_tree(tmp_path / "root", **tree)  # type: ignore[arg-type]
+    bindir = fb.jetson_tools(tmp_path / "bin")
+    targets = fb.target_dir(tmp_path, "orin", "jetson")
+    results = tmp_path / "results"
+    done = run_cli("run", str(_experiment(tmp_path, expect, collect)), "--targets-dir", str(targets),
+                   "--results", str(results), "--scratch", str(tmp_path / "scratch"),
+                   env=fb.jetson_env(root, bindir), timeout=300)
+    sets = sorted(results.iterdir()) if results.exists() else []
+    manifest = json.loads((sets[0] / "manifest.json").read_text()) if sets else None
+    return done, sets, manifest
+
+
+def test_expectations_are_checked_around_every_run_and_the_gate_is_recorded(tmp_path: Path) -> None:
+    done, sets, manifest = _campaign(tmp_path, "{power_mode: MAXN_SUPER, gui: off, tj_below_c: 60}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = manifest["runs"]
+    assert len(runs) == 2 and all(r["status"] == "ok" for r in runs)
+    for run in runs:
+        assert run["expectations_before"] == "ok" and run["expectations_after"] == "ok"
+        gate = run["tj_gate"]
+        assert gate["zone"] == "tj-thermal" and gate["start_c"] == 47.0 and gate["bound_c"] == 60.0
+        assert gate["waited_s"] >= 0
+    target = manifest["targets"][0]
+    assert target["facts"]["power_mode_name"] == "MAXN_SUPER"
+    assert all(r["ok"] for r in target["expectations_before"])
+
+
+def test_a_hot_board_that_does_not_cool_stops_the_campaign_before_the_run(tmp_path: Path) -> None:
+    done, sets, manifest = _campaign(tmp_path, "{tj_below_c: 60, tj_wait_timeout_s: 0.3}", tj_millic=75000)
+    assert done.returncode == 1
+    assert "tj-thermal stayed at 75.0 C, not below 60 C" in done.stderr
+    assert sets and sets[0].name.endswith(".incomplete")
+    first = manifest["runs"][0]
+    assert first["status"] == "skipped" and "tj_wait_timeout_s" in first["error"]
+    assert not (sets[0] / "raw" / "orin" / first["run_id"] / "run.json").exists()  # nothing ran
+
+
+def test_a_non_super_board_never_runs(tmp_path: Path) -> None:
+    done, sets, _ = _campaign(tmp_path, "{power_mode: MAXN_SUPER}", gpu_table=fb.NON_SUPER_GPU_TABLE)
+    assert done.returncode == 1
+    assert "624.75 MHz" in done.stderr and "Super clocks are not active" in done.stderr
+    assert not list((sets[0] / "raw").rglob("run.json")) if sets else True
