@@ -18,6 +18,7 @@ from harness.config.template import render
 from harness.config.validate import validate
 from harness.errors import ConfigError
 from harness.steps import STEPS
+from harness.units import parse_size
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
     for name, spec in files.items():
         if spec.create_bytes is not None:
             sizes.setdefault(name, spec.create_bytes)
+        elif spec.synth is not None and spec.synth.size is not None:
+            sizes.setdefault(name, parse_size(spec.synth.size))
 
     kinds = [next(iter(item)) for item in exp.steps]
     cells: list[Cell] = []

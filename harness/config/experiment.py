@@ -21,11 +21,33 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 RESERVED_PARAMS = {"run_id", "target", "step", "cache", "round", "repeat", "status", "index"}
 
 
+class SynthSpec(StrictModel):
+    """A synthetic qwen3moe GGUF (``harness model synth``), made once and cached by its parameters."""
+
+    size: str | int | None = Field(default=None, description="target file size, e.g. 1.6G")
+    layers: Annotated[int, Field(ge=1)] | None = None
+    experts: Annotated[int, Field(ge=1)] = 8
+    used: Annotated[int, Field(ge=1)] = 2
+    hidden: Annotated[int, Field(ge=64)] = 256
+    ff: Annotated[int, Field(ge=32)] | None = None
+    quant: Literal["f16", "q8_0", "q4_0"] = "f16"
+    seed: int = 0
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str | int | None) -> str | int | None:
+        if value is not None and parse_size(value) <= 0:
+            raise ValueError("expected a positive size like 1.6G")
+        return value
+
+
 class FileSpec(StrictModel):
-    """A file the steps read: an existing ``path`` on the target, or one to ``create`` in scratch."""
+    """A file the steps read: an existing ``path`` on the target, one to ``create`` in scratch, or a
+    ``synth``etic MoE model."""
 
     path: str | None = None
     create: str | int | None = Field(default=None, description="size of a data file to create, e.g. 1G")
+    synth: SynthSpec | None = None
 
     @field_validator("create")
     @classmethod
@@ -36,8 +58,8 @@ class FileSpec(StrictModel):
 
     @model_validator(mode="after")
     def _one_of(self) -> FileSpec:
-        if (self.path is None) == (self.create is None):
-            raise ValueError("give exactly one of 'path' (an existing file) or 'create' (a size)")
+        if sum(v is not None for v in (self.path, self.create, self.synth)) != 1:
+            raise ValueError("give exactly one of 'path' (an existing file), 'create' (a size) or 'synth'")
         return self
 
     @property
@@ -45,13 +67,23 @@ class FileSpec(StrictModel):
         return None if self.create is None else parse_size(self.create)
 
 
+class EngineSpec(StrictModel):
+    """How to build an engine: ``source`` ({sdist: ...} | {git: URL, commit: SHA} | {path: DIR}),
+    extra cmake flags, patches (paths relative to the experiment file)."""
+
+    source: dict[str, str] = Field(default_factory=lambda: {"sdist": "llama-cpp-python==0.3.36"})
+    cmake: list[str] | None = None
+    patches: list[str] = Field(default_factory=list)
+
+
 class Experiment(StrictModel):
     name: Annotated[str, Field(pattern=_NAME.pattern)]
     description: str = ""
     targets: list[str] = Field(default_factory=lambda: ["local"], min_length=1)
     expect: dict[str, Any] = Field(default_factory=dict)
-    model: str | None = None
+    model: str | FileSpec | None = None
     files: dict[str, FileSpec] = Field(default_factory=dict)
+    engine: dict[Literal["llama.cpp"], EngineSpec] = Field(default_factory=dict)
     matrix: dict[str, list[Scalar]] = Field(default_factory=dict)
     repeat: Annotated[int, Field(ge=1)] = 1
     rounds: Annotated[int, Field(ge=1)] = 1
@@ -77,8 +109,10 @@ class Experiment(StrictModel):
 
     def named_files(self) -> dict[str, FileSpec]:
         files = dict(self.files)
-        if self.model is not None:
+        if isinstance(self.model, str):
             files["model"] = FileSpec(path=self.model)
+        elif self.model is not None:
+            files["model"] = self.model
         return files
 
     def collectors(self) -> dict[str, dict[str, Any]]:

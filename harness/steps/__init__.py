@@ -19,6 +19,7 @@ class StepKind:
     name: ClassVar[str]
     Config: ClassVar[type[StrictModel]]
     required_tools: ClassVar[tuple[str, ...]] = ()  # programs the target must have for this step
+    engine: ClassVar[str | None] = None  # engine build the step runs (e.g. "llama.cpp"), made before the runs
 
     def files_read(self, config: Any) -> list[str]:
         """Named files (keys of the experiment's files) whose cache state the run controls."""
