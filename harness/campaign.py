@@ -29,6 +29,7 @@ from harness.session import TargetSession, open_session
 from harness.steps import STEPS
 
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0
+PULL_ATTEMPTS = 3
 INTERRUPT_GRACE_S = 20.0
 
 
@@ -100,6 +101,8 @@ class Campaign:
             for target in self.targets:
                 session = open_session(target)
                 sessions.append(session)
+                if hasattr(session.transport, "on_event"):  # remote transports report reconnects
+                    session.transport.on_event = self.progress.message
                 facts = session.platform.probe(session, [], tools)
                 missing = [tool for tool in tools if not facts.get(f"tool_{tool}")]
                 if missing:
@@ -158,7 +161,7 @@ class Campaign:
         try:
             files, created = self._prepare_files(session, writer)
             facts = session.platform.probe(session, list(files.values()))
-            self._record_target(writer, target.name, facts=facts)
+            self._record_target(writer, target.name, facts=facts, deployed=session.deployed)
             self._check_expectations(session, writer, facts, "before")
             self.progress.target_started(target.name, len(self.plan.runs))
             for run in self.plan.runs:
@@ -291,21 +294,31 @@ class Campaign:
         target = session.target.name
         local = writer.raw_dir(target, run.run_id)
         status, error = default_status, None
-        try:
-            session.transport.get(remote_dir, local)
-            verify_checksums(local)
-            record = json.loads((local / "run.json").read_text()) if (local / "run.json").exists() else None
-        except (TargetError, OSError, ValueError) as exc:
-            record, error = None, f"pull failed: {exc}"
+        for attempt in range(1, PULL_ATTEMPTS + 1):
+            # a partial or corrupted pull (checksum mismatch) is pulled again; the run dir stays on the target
+            try:
+                session.transport.get(remote_dir, local)
+                verify_checksums(local)
+                record = json.loads((local / "run.json").read_text()) if (local / "run.json").exists() else None
+                error = None
+                break
+            except (TargetError, OSError, ValueError) as exc:
+                record, error = None, f"pull failed: {exc}"
+                if attempt < PULL_ATTEMPTS:
+                    self.progress.message(f"{target} {run.run_id}: {error}; pulling again ({attempt}/{PULL_ATTEMPTS})")
         if record is not None:
             status, error = record["status"], record.get("error")
         elif error is None:
             log = local / "runner.log"
             tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
             error = "runner died without DONE" + (": " + " | ".join(tail) if tail else "")
+        pulled = record is not None or not (error or "").startswith("pull failed")
+        if not pulled:
+            error = f"{error} (the run directory is kept on the target: {remote_dir})"
         writer.update_run(run.run_id, status=status, error=error)
         self.progress.run_finished(target, run, status, error)
-        session.transport.run(["rm", "-rf", remote_dir])
+        if pulled:
+            session.transport.run(["rm", "-rf", remote_dir])
 
 
 def verify_checksums(run_dir: Path) -> None:

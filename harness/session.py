@@ -6,9 +6,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.config.target import Target
-from harness.errors import TargetError, ToolMissingError
+from harness.errors import ToolMissingError
 from harness.platforms import PLATFORMS, Platform
 from harness.transport import Transport, connect
 
@@ -24,6 +25,7 @@ class TargetSession:
     platform: Platform
     runner_root: str  # the directory that holds the runner package on the target
     native_bin: str
+    deployed: dict[str, Any] | None = None  # what harness.deploy pushed and built (for the manifest)
 
     @property
     def python(self) -> str:
@@ -57,4 +59,13 @@ def open_session(target: Target) -> TargetSession:
         # The local target runs the runner straight from this checkout: nothing to deploy.
         native_bin = build_native_here()
         return TargetSession(target, transport, platform, str(REPO_ROOT), str(native_bin))
-    raise TargetError(f"target {target.name}: transport {target.transport_kind!r} has no deploy step yet")
+    # Remote targets get the runner pushed to <workdir>/runner and built there (skipped when unchanged).
+    from harness.deploy import deploy_runner
+
+    try:
+        deployed = deploy_runner(transport, target.workdir, target_name=target.name)
+    except BaseException:
+        transport.close()
+        raise
+    return TargetSession(target, transport, platform, target.workdir, f"{target.workdir}/runner/native/bin",
+                         deployed=deployed)

@@ -8,19 +8,73 @@ import typer
 from rich.table import Table
 
 from harness.commands.common import TargetsDirOpt, console
-from harness.config.target import load_targets
+from harness.config.target import Target, load_targets, select_targets
+from harness.errors import HarnessError, UsageError
+
+targets_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
+                          help="The inventory: list targets, check reachability, trust host keys.")
 
 
-def targets(targets_dir: Path = TargetsDirOpt) -> None:
+@targets_app.callback()
+def targets(ctx: typer.Context, targets_dir: Path = TargetsDirOpt,
+            check: bool = typer.Option(False, "--check", help="connect to each target and say if it answers")) -> None:
     """List the targets in targets/*.yaml."""
+    if ctx.invoked_subcommand is not None:
+        return
     table = Table(title="targets", title_justify="left")
     for col in ("name", "platform", "transport", "block device", "workdir", "tags"):
         table.add_column(col)
+    if check:
+        table.add_column("reachable")
+    problems: list[str] = []
     for target in load_targets(targets_dir).values():
-        table.add_row(target.name, target.platform, target.transport_kind, target.block_device, target.workdir,
-                      ", ".join(target.tags))
+        row = [target.name, target.platform, target.transport_kind, target.block_device, target.workdir,
+               ", ".join(target.tags)]
+        problem = _unreachable(target) if check else None
+        if problem:
+            problems.append(f"{target.name}: {problem}")
+        table.add_row(*row, *([("[red]no[/]" if problem else "[green]yes[/]")] if check else []))
     console.print(table)
+    for line in problems:  # whole lines, not squeezed into a column: they say what to do
+        console.print(line, highlight=False, soft_wrap=True)
+    if problems:
+        raise typer.Exit(1)
+
+
+def _unreachable(target: Target) -> str | None:
+    from harness.transport import connect
+
+    try:
+        transport = connect(target)
+        try:
+            transport.run(["true"], timeout=30).check()
+        finally:
+            transport.close()
+    except HarnessError as exc:
+        return str(exc)
+    return None
+
+
+@targets_app.command()
+def trust(name: str = typer.Argument(..., help="target name"), targets_dir: Path = TargetsDirOpt,
+          yes: bool = typer.Option(False, "--yes", "-y", help="accept without asking")) -> None:
+    """Fetch an SSH target's host key, show its fingerprint, and add it to its known_hosts file."""
+    from harness.transport.ssh import add_known_host, fetch_host_key, fingerprint
+
+    (target,) = select_targets([name], load_targets(targets_dir))
+    if target.transport_kind != "ssh":
+        raise UsageError(f"target {name}: transport {target.transport_kind} has no host key to trust")
+    entry, key, known_hosts, known = fetch_host_key(target)
+    if known:
+        console.print(f"{name}: host key {key.get_name()} {fingerprint(key)} for {entry} is already in {known_hosts}",
+                      highlight=False)
+        return
+    console.print(f"{name}: {entry} offers {key.get_name()} {fingerprint(key)}", highlight=False)
+    if not yes and not typer.confirm(f"add it to {known_hosts}?"):
+        raise typer.Exit(1)
+    add_known_host(known_hosts, entry, key)
+    console.print(f"{name}: added to {known_hosts}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(targets)
+    app.add_typer(targets_app, name="targets")

@@ -47,12 +47,17 @@ def load_target(path: Path) -> Target:
     target = validate(Target, data, doc)
     from harness.platforms import PLATFORMS
     from harness.transport import TRANSPORTS
+    from harness.transport import ssh as _ssh  # noqa: F401  (registers the ssh transport)
 
     if target.platform not in PLATFORMS:
         raise doc.error(("platform",), f"unknown platform {target.platform!r} (known: {', '.join(PLATFORMS)})")
     if target.transport_kind not in TRANSPORTS:
         raise doc.error(("transport",), f"unknown transport {target.transport_kind!r} "
                         f"(known: {', '.join(TRANSPORTS)})")
+    if target.transport_kind == "ssh":
+        from harness.transport.ssh import SshOptions
+
+        validate(SshOptions, target.transport_options, doc, ("transport", "ssh"))
     return target
 
 
