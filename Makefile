@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-SYSTEM_PACKAGES := fio gcc make libc6-dev
+SYSTEM_PACKAGES := fio gcc make libc6-dev openssh-server
 
 .PHONY: demo test setup system-deps venv native lint clean
 
@@ -21,6 +21,7 @@ system-deps:
 	command -v fio >/dev/null || missing="$$missing fio"; \
 	command -v cc >/dev/null || missing="$$missing gcc libc6-dev"; \
 	command -v make >/dev/null || missing="$$missing make"; \
+	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
 	$(PYTHON) -c "import ensurepip, venv" 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
