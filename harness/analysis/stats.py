@@ -1,0 +1,65 @@
+"""Statistics used by figures, reports and the gate. Each function says where its method comes from.
+
+- Pearson correlation: scipy.stats.pearsonr (two-sided p-value under normality), as the seed
+  article reports decode tok/s against NVMe MB/s (r = 0.90 over 8 requests).
+- Same-session comparison against a baseline: every variant is compared with the baseline measured
+  in the same round of the same result set (the rounds interleave A B A B), as a per-round ratio,
+  then summarised as mean ± sample sd over rounds. Pairing by round cancels slow drift, which the
+  seed article saw between sessions (2.26-2.60 tok/s for one setting); asv compares benchmarks by
+  ratio for the same reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class Correlation:
+    r: float
+    p: float
+    n: int
+
+
+def pearson(x: pd.Series, y: pd.Series) -> Correlation | None:
+    """Pearson's r of paired, finite observations; None when fewer than 3 or when one side is constant."""
+    pairs = pd.DataFrame({"x": x, "y": y}).replace([math.inf, -math.inf], math.nan).dropna()
+    if len(pairs) < 3 or pairs["x"].nunique() < 2 or pairs["y"].nunique() < 2:
+        return None
+    result = stats.pearsonr(pairs["x"], pairs["y"])
+    return Correlation(float(result.statistic), float(result.pvalue), len(pairs))
+
+
+def change_vs_baseline(frame: pd.DataFrame, value: str, cell: list[str], baseline: dict[str, Any],
+                       round_col: str = "round") -> pd.DataFrame:
+    """Per cell: mean and sd of ``value``, and its change vs the baseline cell in the same round.
+
+    ``frame`` has one row per observation with the ``cell`` columns and ``round``. Observations of a
+    cell within one round are averaged first, so a cell with more requests per round does not weigh
+    more. Returns columns: the cell columns, ``n_rounds``, ``mean``, ``sd``, ``change_pct`` (mean of
+    the per-round ratios - 1, in %), ``change_sd_pct`` (their sample sd), ``is_baseline``.
+    """
+    if frame.empty:
+        return pd.DataFrame()
+    per_round = frame.groupby(cell + [round_col], dropna=False)[value].mean().reset_index()
+    mask = pd.Series(True, index=per_round.index)
+    for key, wanted in baseline.items():
+        mask &= per_round[key].astype(str) == str(wanted)
+    base = per_round[mask].groupby(round_col)[value].mean().rename("baseline")
+    joined = per_round.join(base, on=round_col)
+    joined["ratio"] = joined[value] / joined["baseline"]
+    rows = []
+    for key, group in joined.groupby(cell, dropna=False, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        ratios = group["ratio"].dropna()
+        rows.append({**dict(zip(cell, key, strict=True)), "n_rounds": int(group[round_col].nunique()),
+                     "mean": group[value].mean(), "sd": group[value].std(ddof=1),
+                     "change_pct": (ratios.mean() - 1) * 100 if len(ratios) else math.nan,
+                     "change_sd_pct": ratios.std(ddof=1) * 100 if len(ratios) > 1 else math.nan,
+                     "is_baseline": all(str(v) == str(baseline.get(c)) for c, v in zip(cell, key, strict=True))})
+    return pd.DataFrame(rows)
