@@ -17,6 +17,8 @@ from runner.collectors import CollectorError, Collectors
 from runner.steps import STEPS, StepFailed
 from runner.util import now, read_text, tail, write_checksums, write_json
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
 
 class Interrupted(Exception):
     pass
@@ -56,12 +58,16 @@ class RunContext:
         name = name or os.path.basename(argv[0])
         out = open(self.path(name + ".stdout"), "wb")
         err = open(self.path(name + ".stderr"), "wb")
+        # A stop signal between fork and the append below would leave a child nobody tracks: hold
+        # the signals until it is in self.processes (the child unblocks them before exec).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            # preexec: the child joins the emulation cgroup before exec, so all it touches is charged there
+            # the child also joins the emulation cgroup before exec: all it touches is charged there
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True, cwd=self.run_dir,
-                                    env=dict(os.environ, **(env or {})),
-                                    preexec_fn=self.emulation.preexec() if self.emulation else None)
+                                    env=dict(os.environ, **(env or {})), preexec_fn=self._child_setup)
+            proc.log_name = name
+            self.processes.append(proc)
         except OSError as exc:
             raise StepFailed("cannot start %s: %s" % (argv[0], exc)) from None
         except subprocess.SubprocessError:
@@ -70,10 +76,15 @@ class RunContext:
         finally:
             out.close()
             err.close()
-        proc.log_name = name
-        self.processes.append(proc)
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self.collectors.on_spawn(proc.pid)
         return proc
+
+    def _child_setup(self):
+        """In the child between fork and exec (Popen preexec_fn)."""
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        if self.emulation and self.emulation.dirs:
+            self.emulation.enter()
 
     def wait(self, proc, timeout_s):
         """Wait for ``proc``; keep its rusage (major faults, CPU); a non-zero exit fails the step."""

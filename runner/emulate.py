@@ -41,7 +41,8 @@ from runner import probe
 KEYS = ("memory_bytes", "read_bytes_per_s", "read_iops", "read_ahead_kb")
 PARENT = "harness"
 LOCK_WAIT_S = 3600.0  # another emulated run on this machine: wait for it rather than disturb it
-EMPTY_WAIT_S = 10.0
+GRACE_S = 2.0  # after the agent stopped the step's process groups, before SIGKILL of what is left
+KILL_WAIT_S = 10.0
 
 
 class EmulationError(Exception):
@@ -234,27 +235,39 @@ def _procs(cgroup_dir):
     return [int(p) for p in (_read(os.path.join(cgroup_dir, "cgroup.procs")) or "").split() if p.isdigit()]
 
 
-def _empty_and_remove(cgroup_dir, wait_s=EMPTY_WAIT_S):
-    """Wait for the cgroup to empty (SIGKILL by pid what stays: only the run's processes are in it), rmdir."""
-    if not os.path.isdir(cgroup_dir):
-        return None
-    deadline = time.monotonic() + wait_s
+def _drain(cgroup_dir, grace_s):
+    """Wait for the cgroup to empty; after ``grace_s`` SIGKILL by pid whatever is still in it.
+
+    Only the run's processes are ever put in it, so anything left there is the run's: a child that
+    left the step's process group, or one whose parent died. Returns (killed pids, problem or None).
+    """
+    start = time.monotonic()
     killed = []
     while True:
         pids = _procs(cgroup_dir)
         if not pids:
-            break
-        if time.monotonic() > deadline:
+            return killed, None
+        waited = time.monotonic() - start
+        if waited > grace_s + KILL_WAIT_S:
+            return killed, "cgroup %s still holds pids %s" % (cgroup_dir, pids)
+        if waited > grace_s:
             for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
                 if pid not in killed:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                        killed.append(pid)
-                    except ProcessLookupError:
-                        pass
-            if time.monotonic() > deadline + 5.0:
-                return "cgroup %s still holds pids %s" % (cgroup_dir, pids)
+                    killed.append(pid)
         time.sleep(0.05)
+
+
+def _empty_and_remove(cgroup_dir, grace_s=GRACE_S):
+    """Drain the cgroup and rmdir it (and harness/ when that is empty); a problem as text, or None."""
+    if not os.path.isdir(cgroup_dir):
+        return None
+    killed, problem = _drain(cgroup_dir, grace_s)
+    if problem:
+        return problem
     for _attempt in range(50):
         try:
             os.rmdir(cgroup_dir)
@@ -304,7 +317,7 @@ def _repair_locked():
     if state.get("read_ahead"):
         done["read_ahead_kb_restored"] = _restore_read_ahead(state)
         done["read_ahead_kb_path"] = state["read_ahead"]["path"]
-    problems = [p for p in (_empty_and_remove(d, wait_s=2.0) for d in state.get("cgroups", [])) if p]
+    problems = [p for p in (_empty_and_remove(d, grace_s=0.0) for d in state.get("cgroups", [])) if p]
     if problems:
         done["cgroup_problems"] = problems
     done["cgroups_removed"] = state.get("cgroups", [])
@@ -397,7 +410,7 @@ class Emulation:
                 if control[1:] not in current:
                     _write(os.path.join(where, "cgroup.subtree_control"), control)
         if os.path.isdir(self.dirs[resource]):
-            problem = _empty_and_remove(self.dirs[resource], wait_s=2.0)
+            problem = _empty_and_remove(self.dirs[resource], grace_s=0.0)
             if problem:
                 raise OSError(problem)
         if not os.path.isdir(self.dirs[resource]):  # one dir serves memory and io on v2
@@ -457,9 +470,6 @@ class Emulation:
                 os.write(fd, pid)
             finally:
                 os.close(fd)
-
-    def preexec(self):
-        return self.enter if self.dirs else None
 
     def note_before_step(self):
         """What the step really got: read back just before it starts."""
@@ -526,10 +536,9 @@ class Emulation:
     def _undo(self, errors):
         if self.state is not None:
             for cgroup_dir in sorted(set(self.dirs.values())):
-                # the agent stopped the step's process groups; wait until the kernel lets go of them
-                deadline = time.monotonic() + EMPTY_WAIT_S
-                while _procs(cgroup_dir) and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                killed, problem = _drain(cgroup_dir, GRACE_S)  # stats once every process is gone
+                if killed:
+                    errors.append("killed pids %s left in %s after the step" % (killed, cgroup_dir))
             try:
                 self.record["stats"] = self.stats()
             except Exception as exc:  # noqa: BLE001 - the cgroups must go even if a stat file is odd

@@ -1,0 +1,267 @@
+"""Board emulation on this machine with real cgroups and the real block device (root needed).
+
+The runner is started as the controller starts it (``python -m runner run SPEC``) on hand-written
+specs; the tests read what a user relies on: run.json, the block device's read_ahead_kb afterwards,
+the cgroup tree, the process table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner import emulate, probe
+from runner.util import make_data_file
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and read_ahead_kb need root"),
+              pytest.mark.skipif("memory" not in emulate.detect() or "io" not in emulate.detect(),
+                                 reason="no writable cgroup memory and io controllers on this machine")]
+
+MiB = 1 << 20
+BASE = Path("/var/tmp/harness-tests")  # a real disk, not tmpfs: cold reads must hit the device
+
+
+@pytest.fixture(scope="module")
+def native_bin() -> str:
+    from harness.session import build_native_here
+
+    return str(build_native_here())
+
+
+@pytest.fixture(scope="module")
+def files() -> Iterator[dict[str, str]]:
+    where = BASE / f"emulate-{uuid.uuid4().hex[:8]}"
+    made = {"big": make_data_file(str(where / "big.bin"), 256 * MiB)["path"],
+            "small": make_data_file(str(where / "small.bin"), 64 * MiB)["path"]}
+    yield made
+    shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture()
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    # whatever a test did: no step process and no cgroup of its runs may outlive it
+    assert _processes_mentioning(str(tmp_path)) == []
+    assert _harness_cgroups_mentioning(tmp_path.name) == []
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if text in cmdline and int(pid) != os.getpid():
+                found.append(f"{pid}: {cmdline}")
+    return found
+
+
+def _harness_cgroups_mentioning(text: str) -> list[str]:
+    found = []
+    for _resource, (version, hierarchy) in emulate.detect().items():
+        for parent in {emulate._parent_dir(version, hierarchy, r) for r in ("memory", "io")}:
+            if os.path.isdir(parent):
+                found += [os.path.join(parent, d) for d in os.listdir(parent) if text in d]
+    return found
+
+
+@contextlib.contextmanager
+def machine_lock() -> Iterator[None]:
+    """Hold the emulation lock: no emulated run (ours or a colleague's) can change read_ahead_kb meanwhile."""
+    fd = emulate._lock(blocking=True)
+    try:
+        yield
+    finally:
+        emulate._unlock(fd)
+
+
+def read_ahead_path(path: str) -> Path:
+    return Path(probe.ROOT + f"/sys/block/{probe.block_device_of(path)}/queue/read_ahead_kb")
+
+
+def other_read_ahead(path: str) -> int:
+    """A value the device does not have now, so 'set' and 'restored' can be told apart."""
+    return 128 if int(read_ahead_path(path).read_text()) != 128 else 256
+
+
+def make_spec(workdir: Path, native_bin: str, file: str, emulate_spec: dict | None, *, cache: str = "cold",
+              device: str | None = None, pattern: str = "seq", bs: int = MiB) -> Path:
+    run_id = f"{workdir.name}-{uuid.uuid4().hex[:6]}"
+    run_dir = workdir / "runs" / "set" / run_id
+    run_dir.mkdir(parents=True)
+    spec = {"run_id": run_id, "set_id": "set", "cache": cache, "round": 1, "repeat": 1, "params": {},
+            "cache_files": [file] if cache != "none" else [], "block_device": device or probe.block_device_of(file),
+            "native_bin": native_bin, "collectors": [], "run_dir": str(run_dir), "emulate": emulate_spec,
+            "step": {"kind": "read", "file": file, "pattern": pattern, "bs_bytes": bs, "seed": 0,
+                     "timeout_s": 300}}
+    path = run_dir / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def start_runner(spec: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "runner", "run", str(spec)], cwd=REPO,
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def run_runner(spec: Path, env: dict[str, str] | None = None) -> dict:
+    proc = start_runner(spec, env)
+    out, _ = proc.communicate(timeout=600)
+    assert (spec.parent / "DONE").exists(), out.decode(errors="replace")
+    return json.loads((spec.parent / "run.json").read_text())
+
+
+def read_result(spec: Path) -> dict:
+    return json.loads((spec.parent / "read.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------- budgets
+
+def test_memory_budget_bounds_a_cold_read_of_a_bigger_file(workdir: Path, native_bin: str, files: dict) -> None:
+    spec = make_spec(workdir, native_bin, files["big"], {"memory_bytes": 64 * MiB, "requested": {"memory": "64M"}})
+    record = run_runner(spec)
+    assert record["status"] == "ok", record["error"]
+    emu = record["emulation"]
+    assert emu["requested"] == {"memory": "64M"}
+    assert emu["effective"]["memory_bytes"] == 64 * MiB  # read back from the kernel
+    # the whole 256 MiB file went through a 64 MiB budget: page cache included, it never held more
+    # (and it filled the budget: without a limit the cache would have grown to the file's size)
+    assert 32 * MiB < emu["stats"]["memory_peak_bytes"] <= 64 * MiB + MiB
+    assert abs(record["rusage"]["read"]["storage_read_bytes"] - 256 * MiB) <= 0.02 * 256 * MiB
+    assert read_result(spec)["read_bytes"] == 256 * MiB
+    assert emu["cgroups_removed"] is True and not os.path.exists(emu["cgroups"]["memory"])
+
+
+def test_read_throttle_caps_the_step_rate(workdir: Path, native_bin: str, files: dict) -> None:
+    limit = 50 * MiB
+    spec = make_spec(workdir, native_bin, files["small"], {"read_bytes_per_s": limit})
+    record = run_runner(spec)
+    assert record["status"] == "ok", record["error"]
+    result = read_result(spec)
+    assert result["read_bytes"] == 64 * MiB
+    # the throttle enforces an upper rate: 64 MiB at 50 MiB/s cannot take less than ~1.3 s
+    assert result["read_bytes"] / result["elapsed_s"] <= limit * 1.2
+    assert result["elapsed_s"] >= 1.0
+    emu = record["emulation"]
+    assert emu["effective"]["read_bytes_per_s"] == limit
+    device = probe.block_device_of(files["small"])
+    assert emu["device"]["majmin"] == Path(f"/sys/block/{device}/dev").read_text().strip()
+    assert abs(emu["stats"]["io_read_bytes"] - 64 * MiB) <= 0.05 * 64 * MiB  # the reads went through the cgroup
+
+
+def test_iops_throttle_is_applied(workdir: Path, native_bin: str, files: dict) -> None:
+    # 1024 random 64 KiB reads (no readahead: FADV_RANDOM) at 500 IOPS: about 2 s, never much faster
+    spec = make_spec(workdir, native_bin, files["small"], {"read_iops": 500}, pattern="rand", bs=64 << 10)
+    record = run_runner(spec)
+    assert record["status"] == "ok", record["error"]
+    result, emu = read_result(spec), record["emulation"]
+    assert emu["effective"]["read_iops"] == 500
+    assert emu["stats"]["io_read_ios"] >= 1024
+    assert emu["stats"]["io_read_ios"] / result["elapsed_s"] <= 500 * 1.2
+
+
+# ---------------------------------------------------------------------------------------------- read_ahead_kb
+
+def test_read_ahead_is_set_for_the_run_and_restored(workdir: Path, native_bin: str, files: dict) -> None:
+    wanted = other_read_ahead(files["small"])
+    spec = make_spec(workdir, native_bin, files["small"], {"read_ahead_kb": wanted})
+    record = run_runner(spec)
+    assert record["status"] == "ok", record["error"]
+    emu = record["emulation"]
+    assert emu["effective"]["read_ahead_kb"] == wanted and emu["read_ahead_kb_seen"] == wanted
+    with machine_lock():
+        assert int(read_ahead_path(files["small"]).read_text()) == emu["read_ahead_kb_original"] != wanted
+    assert emu["read_ahead_kb_restored"] == emu["read_ahead_kb_original"]
+
+
+def test_read_ahead_restored_when_the_step_fails(workdir: Path, native_bin: str, files: dict) -> None:
+    missing = str(Path(files["small"]).with_name("missing.bin"))
+    wanted = other_read_ahead(files["small"])
+    spec = make_spec(workdir, native_bin, missing, {"read_ahead_kb": wanted, "memory_bytes": 64 * MiB},
+                     cache="none", device=probe.block_device_of(files["small"]))
+    record = run_runner(spec)
+    assert record["status"] == "failed" and "read exited with 1" in record["error"]
+    emu = record["emulation"]
+    assert emu["read_ahead_kb_seen"] == wanted
+    with machine_lock():
+        assert int(read_ahead_path(files["small"]).read_text()) == emu["read_ahead_kb_original"]
+    assert emu["cgroups_removed"] is True
+
+
+def _wait_until_step_runs(spec: Path, proc: subprocess.Popen[bytes]) -> None:
+    """Until the reader (not the runner forking it) is running inside the run's cgroup."""
+    deadline = time.monotonic() + 60
+    while not any("runner.readfile" in line and str(spec.parent) in line
+                  for line in _processes_mentioning(str(spec.parent))):
+        assert proc.poll() is None and time.monotonic() < deadline, "the step never started"
+        time.sleep(0.05)
+    assert _harness_cgroups_mentioning(spec.parent.name)
+
+
+def test_read_ahead_restored_when_the_runner_is_sigtermed(workdir: Path, native_bin: str, files: dict) -> None:
+    wanted = other_read_ahead(files["small"])
+    # 64 MiB at 4 MiB/s: the step is still reading when the signal comes
+    spec = make_spec(workdir, native_bin, files["small"], {"read_ahead_kb": wanted, "read_bytes_per_s": 4 * MiB,
+                                                           "memory_bytes": 64 * MiB})
+    proc = start_runner(spec)
+    _wait_until_step_runs(spec, proc)
+    assert int(read_ahead_path(files["small"]).read_text()) == wanted  # the runner holds the lock: it is ours
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    record = json.loads((spec.parent / "run.json").read_text())
+    assert record["status"] == "interrupted"
+    emu = record["emulation"]
+    with machine_lock():
+        assert int(read_ahead_path(files["small"]).read_text()) == emu["read_ahead_kb_original"] != wanted
+    assert emu["cgroups_removed"] is True
+    assert not any(os.path.exists(d) for d in emu["cgroups"].values())
+
+
+def test_a_killed_runner_is_repaired_by_the_next_run(workdir: Path, native_bin: str, files: dict) -> None:
+    wanted = other_read_ahead(files["small"])
+    spec = make_spec(workdir, native_bin, files["small"], {"read_ahead_kb": wanted, "read_bytes_per_s": 4 * MiB})
+    proc = start_runner(spec)
+    _wait_until_step_runs(spec, proc)
+    proc.kill()  # no finally-block: read_ahead_kb, the cgroup and the step stay behind
+    proc.communicate(timeout=60)
+    assert not (spec.parent / "DONE").exists()
+    leftover = _harness_cgroups_mentioning(workdir.name)
+    assert leftover and _processes_mentioning(str(spec.parent))
+    # the next runner on this machine -- even one without emulation -- undoes it before its own run
+    record = run_runner(make_spec(workdir, native_bin, files["small"], None, cache="none"))
+    assert record["status"] == "ok", record["error"]
+    with machine_lock():  # no emulated run is live now: a state file would be a leftover
+        assert not os.path.exists(emulate._state_path())
+        assert int(read_ahead_path(files["small"]).read_text()) != wanted
+    assert not any(os.path.exists(d) for d in leftover)
+    # the orphaned step was stopped (by pid, it was in the dead run's cgroup); the fixture checks the rest
+    assert _processes_mentioning(str(spec.parent)) == []
+
+
+# ---------------------------------------------------------------------------------------------- refusal
+
+def test_machine_without_controllers_refuses_and_runs_nothing(workdir: Path, native_bin: str, files: dict,
+                                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    empty = tmp_path_factory.mktemp("no-cgroups")
+    spec = make_spec(workdir, native_bin, files["small"], {"memory_bytes": 64 * MiB, "read_bytes_per_s": 50 * MiB})
+    record = run_runner(spec, env={"HARNESS_CGROUP_ROOT": str(empty)})
+    assert record["status"] == "failed"
+    assert record["error"].startswith("emulation refused")
+    assert "no cgroup memory controller" in record["error"] and "blkio/io controller" in record["error"]
+    assert "\n" not in record["error"]
+    assert not (spec.parent / "read.stdout").exists()  # nothing ran unemulated
+    assert "emulation refused" in subprocess.run(
+        [sys.executable, "-m", "runner.emulate", "check", "--emulate", '{"memory_bytes": 1}'], cwd=REPO,
+        env={**os.environ, "HARNESS_CGROUP_ROOT": str(empty)}, capture_output=True, text=True).stdout
