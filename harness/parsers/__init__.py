@@ -14,6 +14,8 @@ from ._common import ParseError
 from .blockstat import parse_blockstat
 from .fio import parse_fio
 from .jetson_clocks import parse_jetson_clocks
+from .llama_bench import parse_llama_bench
+from .llama_server import parse_llama_server
 from .nvpmodel import parse_nvpmodel
 from .sampler import parse_sampler_threads
 from .tegrastats import parse_tegrastats
@@ -27,6 +29,8 @@ PARSERS: dict[str, Parser] = {
     "tegrastats": parse_tegrastats,
     "nvpmodel": parse_nvpmodel,
     "jetson-clocks": parse_jetson_clocks,
+    "llama-bench": parse_llama_bench,
+    "llama-server": parse_llama_server,
 }
 
 
