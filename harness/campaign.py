@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from harness import emulation
 from harness.collectors import COLLECTORS, collector_configs
+from harness.collectors.platform import preflight as collector_preflight
 from harness.config.target import Target
 from harness.errors import ExpectationError, TargetError, ToolMissingError
 from harness.plan import Plan, PlannedRun
@@ -67,6 +68,8 @@ class Campaign:
         self.experiment = loaded.experiment
         self.collectors = collector_configs(self.experiment, loaded.doc)
         self.set_id = new_set_id(self.experiment.name, loaded.text)
+        self.builds: dict[str, Any] = {}  # engine name -> BuildInfo (controller-side builds)
+        self.synth: dict[str, tuple[str, dict[str, Any]]] = {}  # file name -> (path, description)
 
     # ------------------------------------------------------------------ whole campaign
     def run(self) -> CampaignResult:
@@ -77,6 +80,9 @@ class Campaign:
                      targets=[{"name": t.name, "platform": t.platform, "transport": t.transport_kind,
                                "block_device": t.block_device} for t in self.targets],
                      plan=[self._planned(t, r) for t in self.targets for r in self.plan.runs])
+        writer.manifest["engines"] = {name: build.to_dict() for name, build in self.builds.items()}
+        writer.manifest["models"] = {name: info for name, (_path, info) in self.synth.items()}
+        writer.save()
         complete = interrupted = False
         try:
             for session in sessions:
@@ -95,6 +101,7 @@ class Campaign:
     def _preflight(self) -> list[TargetSession]:
         """Everything that can be checked before a result set exists: names, tools, reachability."""
         self._check_expectation_names()
+        self._prepare_engines_and_models()
         tools = sorted({tool for run in self.plan.runs for tool in STEPS[run.step].required_tools})
         sessions: list[TargetSession] = []
         try:
@@ -104,6 +111,8 @@ class Campaign:
                 if hasattr(session.transport, "on_event"):  # remote transports report reconnects
                     session.transport.on_event = self.progress.message
                 facts = session.platform.probe(session, [], tools)
+                # a required collector that cannot run on this target stops here; optional ones are skipped
+                collector_preflight(target.name, self.collectors, facts, self.progress.message)
                 missing = [tool for tool in tools if not facts.get(f"tool_{tool}")]
                 if missing:
                     raise ToolMissingError(f"target {target.name}: {', '.join(missing)} not installed "
@@ -111,6 +120,10 @@ class Campaign:
                 for name, spec in self.experiment.named_files().items():
                     if spec.path is not None:
                         self._existing_file_size(session, name, spec.path)
+                if (self.builds or self.synth) and target.transport_kind != "local":
+                    raise TargetError(f"target {target.name}: engine builds and synthetic models are made on the "
+                                      "controller and cannot be pushed to remote targets yet; use model: {path: ...} "
+                                      "and a prebuilt engine there")
                 # a machine that cannot emulate the board refuses here, before a set exists (exit 2)
                 paths = [s.path for s in self.experiment.named_files().values() if s.path is not None]
                 emulation.preflight(session, self.experiment, self.plan.experiment.doc,
@@ -120,6 +133,19 @@ class Campaign:
                 session.close()
             raise
         return sessions
+
+    def _prepare_engines_and_models(self) -> None:
+        """Build the engines the steps use and synthesize models, once, cached across campaigns."""
+        from harness.prepare import build_engines, engines_needed, synth_model
+
+        step_engines = {STEPS[run.step].engine for run in self.plan.runs} - {None}
+        needed = engines_needed(self.experiment, step_engines)  # type: ignore[arg-type]
+        if needed:
+            self.builds = build_engines(needed, self.plan.experiment.path.parent, self.progress.message)
+        for name, spec in self.experiment.named_files().items():
+            if spec.synth is not None:
+                path, info = synth_model(spec.synth, self.progress.message)
+                self.synth[name] = (str(path), info)
 
     def _finish(self, writer: ResultSetWriter, complete: bool) -> CampaignResult:
         # Tables come from whatever runs finished, even after an interrupt; the set is renamed to
@@ -206,6 +232,10 @@ class Campaign:
                 path = spec.path
                 records[name] = {"path": path, "size_bytes": self._existing_file_size(session, name, path),
                                  "created": False}
+            elif spec.synth is not None:
+                path, info = self.synth[name]
+                records[name] = {"path": path, "size_bytes": info["file_bytes"], "created": False,
+                                 "synth": spec.synth.model_dump()}
             else:
                 path = f"{scratch}/{name}.bin"
                 self.progress.message(f"{session.target.name}: creating {name} ({spec.create}) in {scratch}")
@@ -217,6 +247,9 @@ class Campaign:
                 created.append(path)
                 records[name] = {"path": path, "size_bytes": spec.create_bytes, "created": True}
             files[name] = path
+        if session.target.transport_kind == "local":
+            for record in records.values():
+                record.update(describe_model_file(Path(record["path"])))
         writer.manifest["files"][session.target.name] = records
         writer.save()
         return files, created
@@ -240,6 +273,8 @@ class Campaign:
             "native_bin": session.native_bin,
             "collectors": [COLLECTORS[name].runner_spec(cfg) for name, cfg in self.collectors.items()],
             "step": {"kind": run.step, **step.runner_spec(run.cell.config, files, run.cache)},
+            "engines": {name: {"bin_dir": str(Path(next(iter(build.binaries.values()))).parent),
+                               "commit": build.commit} for name, build in self.builds.items()},
             "emulate": emulation.runner_spec(self.experiment, run.params, self.plan.experiment.doc),
             "run_dir": remote_dir,
         }
@@ -335,3 +370,26 @@ def verify_checksums(run_dir: Path) -> None:
         if actual != digest:
             raise TargetError(f"{path}: checksum mismatch after pull")
 
+
+
+def describe_model_file(path: Path) -> dict[str, Any]:
+    """What identifies a model file in a manifest: a quick hash and, for a GGUF, its layout summary.
+
+    The quick hash covers the size and the first and last MiB: enough to tell revisions apart without
+    reading 20 GB before every campaign.
+    """
+    digest = hashlib.sha256(str(path.stat().st_size).encode())
+    with open(path, "rb") as handle:
+        digest.update(handle.read(1 << 20))
+        handle.seek(max(0, path.stat().st_size - (1 << 20)))
+        digest.update(handle.read(1 << 20))
+        magic = (handle.seek(0), handle.read(4))[1]
+    out: dict[str, Any] = {"quick_sha256": digest.hexdigest()}
+    if magic == b"GGUF":
+        from harness.models.inspect import inspect_gguf
+
+        info = inspect_gguf(path)
+        out["gguf"] = {k: getattr(info, k) for k in (
+            "architecture", "name", "quant_types", "block_count", "expert_count", "expert_used_count",
+            "expert_bytes", "dense_bytes", "expert_bytes_per_token")}
+    return out
