@@ -27,6 +27,9 @@ from harness.models import tokenizer as tok
 from harness.models.errors import ModelError
 
 ARCH = "qwen3moe"
+# Bump whenever the same arguments would write different bytes (callers key their model caches on it).
+# 2: automatic layer count capped at 32.
+FORMAT_VERSION = 2
 QUANTS: dict[str, tuple[GGMLQuantizationType, LlamaFileType]] = {
     "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
     "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
