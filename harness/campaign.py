@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from harness import emulation
 from harness.collectors import COLLECTORS, collector_configs
 from harness.collectors.platform import preflight as collector_preflight
+from harness.collectors.platform import preflight as collector_preflight
 from harness.config.target import Target
 from harness.errors import ExpectationError, TargetError, ToolMissingError
 from harness.plan import Plan, PlannedRun
@@ -111,6 +112,8 @@ class Campaign:
                 if hasattr(session.transport, "on_event"):  # remote transports report reconnects
                     session.transport.on_event = self.progress.message
                 facts = session.platform.probe(session, [], tools)
+                # a required collector that cannot run on this target stops here; optional ones are skipped
+                collector_preflight(target.name, self.collectors, facts, self.progress.message)
                 # a required collector that cannot run on this target stops here; optional ones are skipped
                 collector_preflight(target.name, self.collectors, facts, self.progress.message)
                 missing = [tool for tool in tools if not facts.get(f"tool_{tool}")]

@@ -53,6 +53,16 @@ class Collectors:
                         str(period_ms)], os.path.join(self.run_dir, name))
 
     def start_global(self):
+        # platform collectors (tegrastats, vmstat, psi, thermal, power, iostat, vm_stat, powermetrics, jtop);
+        # an optional one that cannot run here is skipped and the run record says why
+        from runner import platform_collectors
+
+        try:
+            started, skipped = platform_collectors.start(self.specs, self.run_dir)
+        except platform_collectors.Unavailable as exc:
+            raise CollectorError(str(exc)) from None
+        self.running += started
+        self.errors += ["%s skipped (optional): %s" % item for item in sorted(skipped.items())]
         spec = self.specs.get("blockstat")
         if spec is None:
             return

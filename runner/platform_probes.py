@@ -282,7 +282,10 @@ def macos_facts():
 
 def facts(platform=None):
     platform = platform or detect()
-    out = {"platform_detected": platform}
+    from runner import platform_collectors
+
+    out = {"platform_detected": platform,
+           "collectors_unavailable": {k: v for k, v in platform_collectors.availability().items() if v}}
     if platform != "macos":
         out.update(linux_facts())
     if platform == "jetson":

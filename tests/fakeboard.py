@@ -69,6 +69,7 @@ def jetson_tree(root: Path, *, gpu_table: list[int] = SUPER_GPU_TABLE, gpu_dir: 
     target.parent.mkdir(parents=True, exist_ok=True)
     target.symlink_to(f"/lib/systemd/system/{default_target}")
     write(root, "/proc/1/comm", "systemd\n")
+    write(root, "/proc/vmstat", (DATA / "linux" / "proc-vmstat-debian12-6.18.txt").read_text())
     if gui_process:
         write(root, "/proc/1234/comm", "gdm3\n")
     return root

@@ -91,3 +91,6 @@ def collector_configs(experiment: Any, doc: Any) -> dict[str, StrictModel]:
 
 def check_collectors(experiment: Any, doc: Any) -> None:
     collector_configs(experiment, doc)
+
+
+from harness.collectors import platform as _platform  # noqa: E402,F401  (registers the platform collectors)

@@ -13,11 +13,15 @@ from typing import Any
 from ._common import ParseError
 from .blockstat import parse_blockstat
 from .fio import parse_fio
+from .getprop import parse_getprop
 from .jetson_clocks import parse_jetson_clocks
+from .jtop import parse_jtop
 from .llama_bench import parse_llama_bench
 from .llama_server import parse_llama_server
+from .macos import parse_diskutil, parse_iostat, parse_powermetrics, parse_sw_vers, parse_sysctl, parse_vm_stat
 from .nvpmodel import parse_nvpmodel
 from .sampler import parse_sampler_threads
+from .snapshots import parse_power, parse_psi, parse_thermal, parse_vmstat
 from .tegrastats import parse_tegrastats
 
 Parser = Callable[[bytes], list[dict[str, Any]]]
@@ -31,6 +35,18 @@ PARSERS: dict[str, Parser] = {
     "jetson-clocks": parse_jetson_clocks,
     "llama-bench": parse_llama_bench,
     "llama-server": parse_llama_server,
+    "vmstat": parse_vmstat,
+    "psi": parse_psi,
+    "thermal": parse_thermal,
+    "power": parse_power,
+    "jtop": parse_jtop,
+    "getprop": parse_getprop,
+    "iostat": parse_iostat,
+    "vm_stat": parse_vm_stat,
+    "powermetrics": parse_powermetrics,
+    "sysctl": parse_sysctl,
+    "sw_vers": parse_sw_vers,
+    "diskutil": parse_diskutil,
 }
 
 

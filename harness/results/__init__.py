@@ -2,4 +2,4 @@
 
 SCHEMA_VERSION = 1
 INCOMPLETE_SUFFIX = ".incomplete"
-TABLES = ("runs", "fio", "reads", "blockstat", "threads", "facts")
+TABLES = ("runs", "fio", "reads", "blockstat", "threads", "facts", "telemetry", "memory", "iostat")

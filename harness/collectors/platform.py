@@ -1,0 +1,77 @@
+"""Platform collectors, controller side: options, raw file, parser, table (runner side:
+``runner/platform_collectors.py``).
+
+``optional: true`` lets a run go on without a collector that cannot run on a target (the reason is
+shown and kept in the run record); a required one that cannot run stops the campaign in preflight,
+before a result set exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from harness.collectors import CollectorKind, Rows, register_collector
+from harness.config.validate import StrictModel
+from harness.errors import ToolMissingError
+
+
+class PlatformConfig(StrictModel):
+    period_ms: Annotated[int, Field(ge=10, le=60_000)] = 1000
+    optional: bool = False
+
+
+def _config(default_ms: int, minimum_ms: int = 10) -> type[PlatformConfig]:
+    class Config(PlatformConfig):
+        period_ms: Annotated[int, Field(ge=minimum_ms, le=60_000)] = default_ms
+
+    return Config
+
+
+class PlatformCollector(CollectorKind):
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        tables = super().ingest(run_dir, record)
+        for row in tables.get(self.table, []):
+            row["source"] = self.name  # several collectors share the telemetry/memory tables
+        return tables
+
+
+def _kind(name: str, table: str, raw_file: str, parser: str, config: type[PlatformConfig], doc: str) -> None:
+    cls = type(name.title().replace("_", ""), (PlatformCollector,),
+               {"name": name, "table": table, "raw_file": raw_file, "parser": parser, "Config": config,
+                "__doc__": doc})
+    register_collector(cls)
+
+
+_kind("tegrastats", "telemetry", "tegrastats.log", "tegrastats", _config(1000, 100),
+      "Jetson tegrastats --interval MS --logfile FILE: RAM, CPU/GPU/EMC load and clocks, temperatures, rails.")
+_kind("jtop", "telemetry", "jtop.jsonl", "jtop", _config(1000, 100),
+      "jetson-stats (jtop service): the same signals as tegrastats, through its Python API.")
+_kind("vmstat", "memory", "vmstat.txt", "vmstat", _config(200),
+      "/proc/vmstat counters (reclaim, major faults, refaults) with per-interval deltas.")
+_kind("psi", "memory", "psi.txt", "psi", _config(500), "/proc/pressure/{memory,io,cpu}: stall averages and totals.")
+_kind("thermal", "telemetry", "thermal.txt", "thermal", _config(1000), "Every thermal zone's temperature.")
+_kind("power", "telemetry", "power.txt", "power", _config(500), "power_supply current_now x voltage_now (battery).")
+_kind("iostat", "iostat", "iostat.txt", "iostat", _config(1000, 1000),
+      "macOS iostat -d -w SECONDS: per disk KB/t, tps, MB/s.")
+_kind("vm_stat", "memory", "vm_stat.txt", "vm_stat", _config(1000, 200),
+      "macOS vm_stat snapshots: pages free/active/wired, compressor, pageins/outs, swapins/outs.")
+_kind("powermetrics", "telemetry", "powermetrics.txt", "powermetrics", _config(1000, 100),
+      "macOS powermetrics (sudo): CPU/GPU/ANE power, cluster frequencies, thermal pressure.")
+
+
+def preflight(target: str, configs: dict[str, Any], facts: dict[str, Any], message: Callable[[str], None]) -> None:
+    """Stop before anything runs when a required collector cannot run on ``target``; say so for optional ones."""
+    unavailable = facts.get("collectors_unavailable") or {}
+    for name, config in configs.items():
+        reason = unavailable.get(name)
+        if not reason:
+            continue
+        if getattr(config, "optional", False):
+            message(f"{target}: collector {name} unavailable, runs go on without it: {reason}")
+            continue
+        raise ToolMissingError(f"target {target}: collector {name} cannot run: {reason} "
+                               f"(or mark it optional: true)")

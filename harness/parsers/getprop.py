@@ -1,0 +1,17 @@
+"""Android ``getprop``: ``[key]: [value]`` lines (values may span lines) -> one row {key: value}."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ._common import ParseError, text_of
+
+_PROP = re.compile(r"^\[([^\]]*)\]: \[(.*?)\]$", re.S | re.M)
+
+
+def parse_getprop(data: bytes) -> list[dict[str, Any]]:
+    props = {key: value for key, value in _PROP.findall(text_of(data)) if key}
+    if not props:
+        raise ParseError("no '[key]: [value]' lines (expected getprop output)")
+    return [props]

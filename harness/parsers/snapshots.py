@@ -1,0 +1,136 @@
+"""Sampled kernel files: ``/proc/vmstat``, ``/proc/pressure/*``, thermal zones, power supplies.
+
+The runner writes them in one snapshot format (``runner/platform_collectors.py``)::
+
+    # harness-snapshots v1 kind=vmstat period_ms=100
+    @ 123456789 1700000000.123456
+    nr_free_pages 1869754
+    ...
+
+A plain capture without ``@`` lines (``cat /proc/vmstat``) reads as one snapshot at t_ns = None.
+Counters also get per-interval deltas (``d_<name>``): reclaim (pgscan, pgsteal), major faults and
+refaults during decode are the page-cache thrash BigMoeOnEdge asked to make visible.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ._common import ParseError, numbered_lines
+
+Snapshot = tuple[int | None, float | None, list[tuple[int, str]]]
+
+# Counters worth a delta column; everything else stays in the row as it was read.
+VMSTAT_DELTAS = re.compile(r"^(pgscan_\w+|pgsteal_\w+|pgmajfault|pgfault|workingset_refault\w*|workingset_activate\w*"
+                           r"|pswpin|pswpout|pgpgin|pgpgout|allocstall\w*|pgdeactivate|pgactivate)$")
+_PSI = re.compile(r"^(memory|io|cpu|irq)\s+(some|full)\s+avg10=([\d.]+)\s+avg60=([\d.]+)\s+avg300=([\d.]+)"
+                  r"\s+total=(\d+)$")
+
+
+def snapshots(data: bytes) -> list[Snapshot]:
+    """Split into (t_ns, wall_s, numbered lines) per snapshot."""
+    out: list[Snapshot] = []
+    current: list[tuple[int, str]] | None = None
+    for number, line in numbered_lines(data):
+        if line.startswith("#"):
+            continue
+        if line.startswith("@"):
+            parts = line.split()
+            if len(parts) != 3:
+                raise ParseError(f"expected '@ <monotonic ns> <wall s>', got {line!r}", line=number)
+            try:
+                current = []
+                out.append((int(parts[1]), float(parts[2]), current))
+            except ValueError:
+                raise ParseError(f"bad snapshot stamp {line!r}", line=number) from None
+            continue
+        if current is None:  # a plain capture: one snapshot without a time
+            current = []
+            out.append((None, None, current))
+        current.append((number, line))
+    return out
+
+
+def _with_deltas(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
+    for prev, row in zip(rows, rows[1:], strict=False):
+        if row.get("t_ns") is not None and prev.get("t_ns") is not None:
+            row["dt_s"] = (row["t_ns"] - prev["t_ns"]) / 1e9
+        for key in keys:
+            if isinstance(row.get(key), int) and isinstance(prev.get(key), int):
+                row[f"d_{key}"] = row[key] - prev[key]
+    return rows
+
+
+def parse_vmstat(data: bytes) -> list[dict[str, Any]]:
+    """One row per snapshot: every counter, plus ``d_<counter>`` for reclaim/fault/refault counters."""
+    rows = []
+    for t_ns, wall, lines in snapshots(data):
+        row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
+        for number, line in lines:
+            parts = line.split()
+            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                raise ParseError(f"expected '<counter> <value>' (a /proc/vmstat line), got {line!r}", line=number)
+            row[parts[0]] = int(parts[1])
+        rows.append(row)
+    if not rows:
+        raise ParseError("no /proc/vmstat counters")
+    keys = sorted({k for row in rows for k in row if VMSTAT_DELTAS.match(k)})
+    return _with_deltas(rows, keys)
+
+
+def parse_psi(data: bytes) -> list[dict[str, Any]]:
+    """One row per snapshot: ``<res>_<some|full>_avg10_pct`` ... and ``<res>_<kind>_total_us`` (+ deltas).
+
+    Accepts a bare ``cat /proc/pressure/memory`` (lines without the resource prefix, read as memory)."""
+    rows = []
+    for t_ns, wall, lines in snapshots(data):
+        row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
+        for number, line in lines:
+            if line.startswith(("some ", "full ")):
+                line = "memory " + line
+            match = _PSI.match(line)
+            if not match:
+                raise ParseError(f"expected a /proc/pressure line ('some avg10=... total=...'), got {line!r}",
+                                 line=number)
+            res, kind, a10, a60, a300, total = match.groups()
+            stem = f"{res}_{kind}"
+            row.update({f"{stem}_avg10_pct": float(a10), f"{stem}_avg60_pct": float(a60),
+                        f"{stem}_avg300_pct": float(a300), f"{stem}_total_us": int(total)})
+        rows.append(row)
+    if not rows:
+        raise ParseError("no pressure lines")
+    return _with_deltas(rows, sorted({k for row in rows for k in row if k.endswith("_total_us")}))
+
+
+def parse_thermal(data: bytes) -> list[dict[str, Any]]:
+    """One row per snapshot: ``temp_<zone type>_c`` (millidegrees in sysfs; offline/negative kept as read)."""
+    rows = []
+    for t_ns, wall, lines in snapshots(data):
+        row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
+        for number, line in lines:
+            parts = line.split()
+            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                raise ParseError(f"expected '<zone type> <millidegrees C>', got {line!r}", line=number)
+            row[f"temp_{parts[0].lower().replace('-', '_')}_c"] = int(parts[1]) / 1000.0
+        rows.append(row)
+    return rows
+
+
+def parse_power(data: bytes) -> list[dict[str, Any]]:
+    """One row per snapshot: per supply ``<name>_current_ua``, ``_voltage_uv`` and ``_power_mw`` (|I x V|)."""
+    rows = []
+    for t_ns, wall, lines in snapshots(data):
+        row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
+        for number, line in lines:
+            parts = line.split()
+            if len(parts) != 3 or not parts[1].lstrip("-").isdigit():
+                raise ParseError(f"expected '<supply> <current_now uA> <voltage_now uV|->', got {line!r}", line=number)
+            name = parts[0].lower().replace("-", "_")
+            current = int(parts[1])
+            voltage = int(parts[2]) if parts[2].lstrip("-").isdigit() else None
+            row[f"{name}_current_ua"], row[f"{name}_voltage_uv"] = current, voltage
+            # sign conventions differ between vendors (charging vs discharging): report magnitude
+            row[f"power_{name}_mw"] = abs(current * voltage) / 1e9 if voltage is not None else None
+        rows.append(row)
+    return rows

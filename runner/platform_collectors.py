@@ -1,0 +1,274 @@
+"""Platform collectors on the target: tools run as processes (tegrastats, iostat, powermetrics) and
+files sampled by a Python thread (/proc/vmstat, /proc/pressure/*, thermal zones, power supplies,
+macOS vm_stat, jetson-stats).
+
+Every collector writes a raw file into the run directory; the controller's parsers read it.
+Sampled files use one snapshot format, so the raw bytes stay the kernel's own::
+
+    # harness-snapshots v1 kind=vmstat period_ms=100
+    @ <monotonic ns> <wall s>
+    <verbatim lines of the source, prefixed with the source name where there are several>
+
+A collector that cannot run here is reported with the reason: optional ones are skipped (the run
+record says why), required ones fail the run before the step starts.
+"""
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from runner import platform_probes, probe
+from runner.util import read_text
+
+PROCESS_KINDS = ("tegrastats", "iostat", "powermetrics")
+THREAD_KINDS = ("vmstat", "psi", "thermal", "power", "vm_stat", "jtop")
+KINDS = PROCESS_KINDS + THREAD_KINDS
+
+
+class Unavailable(Exception):
+    """This collector cannot run on this machine; the message says why."""
+
+
+def _p(path):
+    return probe.ROOT + path
+
+
+def _can_sudo():
+    if os.geteuid() == 0:
+        return True
+    if not shutil.which("sudo"):
+        return False
+    return subprocess.run(["sudo", "-n", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, check=False).returncode == 0
+
+
+def _jtop_reason():
+    try:
+        import jtop  # noqa: F401  (jetson-stats)
+    except ImportError:
+        return "jetson-stats is not installed (sudo pip3 install -U jetson-stats, then reboot)"
+    if not os.path.exists(_p("/run/jtop.sock")):
+        return "the jtop service is not running (sudo systemctl restart jtop.service)"
+    return None
+
+
+def unavailable_reason(kind):
+    """None when ``kind`` can run here, else a one-line reason."""
+    if kind in ("tegrastats", "iostat", "vm_stat"):
+        return None if shutil.which(kind) else "%s not found on PATH" % kind
+    if kind == "powermetrics":
+        if not shutil.which("powermetrics"):
+            return "powermetrics not found on PATH (macOS only)"
+        return None if _can_sudo() else "powermetrics needs root: allow passwordless sudo for it or run as root"
+    if kind == "vmstat":
+        return None if os.access(_p("/proc/vmstat"), os.R_OK) else "/proc/vmstat is not readable"
+    if kind == "psi":
+        readable = [r for r in ("memory", "io", "cpu") if os.access(_p("/proc/pressure/" + r), os.R_OK)]
+        return None if readable else "/proc/pressure/* is not readable (kernel without PSI, or needs root on Android)"
+    if kind == "thermal":
+        return None if glob.glob(_p("/sys/class/thermal/thermal_zone*/temp")) else "no thermal zones"
+    if kind == "power":
+        found = glob.glob(_p("/sys/class/power_supply/*/current_now"))
+        return None if found else "no power_supply with current_now"
+    if kind == "jtop":
+        return _jtop_reason()
+    return "unknown collector %s" % kind
+
+
+def availability():
+    return {kind: unavailable_reason(kind) for kind in KINDS}
+
+
+# ------------------------------------------------------------------------------------- processes
+class ToolProcess:
+    """A tool writing its own log (tegrastats --logfile) or stdout into the run directory."""
+
+    def __init__(self, kind, argv, out_path, to_stdout):
+        self.argv, self.kind, self.out_path, self.to_stdout = argv, kind, out_path, to_stdout
+        self.proc = None
+
+    def start(self):
+        out = open(self.out_path, "ab") if self.to_stdout else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE,
+                                         start_new_session=True)
+        finally:
+            if self.to_stdout:
+                out.close()
+
+    def stop(self, timeout=5.0):
+        """SIGTERM to its process group (tegrastats and powermetrics flush and exit on it)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        try:
+            _out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            _out, err = self.proc.communicate()
+        code, self.proc = self.proc.returncode, None
+        if code not in (0, -signal.SIGTERM, 143):
+            return "%s exited %s: %s" % (self.kind, code, (err or b"").decode(errors="replace").strip()[-300:])
+        return None
+
+
+def _process(kind, spec, run_dir):
+    period = int(spec.get("period_ms", 1000))
+    if kind == "tegrastats":
+        path = os.path.join(run_dir, "tegrastats.log")
+        return ToolProcess(kind, [shutil.which("tegrastats"), "--interval", str(period), "--logfile", path],
+                           path, False)
+    if kind == "iostat":
+        # -d disks only, -w wait seconds (integer, >= 1); the first line block is since boot
+        wait = str(max(1, period // 1000))
+        return ToolProcess(kind, ["iostat", "-d", "-w", wait], os.path.join(run_dir, "iostat.txt"), True)
+    argv = ["powermetrics", "-i", str(period), "--samplers", "cpu_power,gpu_power,thermal"]
+    if os.geteuid() != 0:
+        argv = ["sudo", "-n"] + argv
+    return ToolProcess(kind, argv, os.path.join(run_dir, "powermetrics.txt"), True)
+
+
+# ------------------------------------------------------------------------------------- sampled files
+def _snapshot_vmstat():
+    return read_text(_p("/proc/vmstat"), "")
+
+
+def _snapshot_psi():
+    lines = []
+    for res in ("memory", "io", "cpu"):
+        for line in (read_text(_p("/proc/pressure/" + res), "") or "").splitlines():
+            lines.append("%s %s" % (res, line))
+    return "\n".join(lines) + "\n"
+
+
+def _snapshot_thermal():
+    lines = []
+    for zone in sorted(glob.glob(_p("/sys/class/thermal/thermal_zone*"))):
+        name = (read_text(zone + "/type", "") or os.path.basename(zone)).strip().replace(" ", "_")
+        temp = (read_text(zone + "/temp", "") or "").strip()
+        if temp:
+            lines.append("%s %s" % (name, temp))
+    return "\n".join(lines) + "\n"
+
+
+def _snapshot_power():
+    lines = []
+    for path in sorted(glob.glob(_p("/sys/class/power_supply/*"))):
+        current = (read_text(path + "/current_now", "") or "").strip()
+        voltage = (read_text(path + "/voltage_now", "") or "").strip()
+        if current:
+            lines.append("%s %s %s" % (os.path.basename(path), current, voltage or "-"))
+    return "\n".join(lines) + "\n"
+
+
+def _snapshot_vm_stat():
+    out, _err = platform_probes.run_tool(["vm_stat"], timeout=5)
+    return out or ""
+
+
+SNAPSHOTS = {"vmstat": _snapshot_vmstat, "psi": _snapshot_psi, "thermal": _snapshot_thermal,
+             "power": _snapshot_power, "vm_stat": _snapshot_vm_stat}
+
+
+class Snapshotter:
+    """A thread that appends a timestamped snapshot every period (drift-free schedule)."""
+
+    def __init__(self, kind, period_ms, out_path, take):
+        self.argv = ["snapshot", kind]  # the shape Collectors.on_spawn looks at
+        self.kind, self.period_s, self.out_path, self.take = kind, period_ms / 1000.0, out_path, take
+        self.stop_event, self.thread, self.error = threading.Event(), None, None
+
+    def start(self):
+        with open(self.out_path, "w") as out:
+            out.write("# harness-snapshots v1 kind=%s period_ms=%d\n" % (self.kind, round(self.period_s * 1000)))
+        self.thread = threading.Thread(target=self._loop, name="collector-" + self.kind, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        try:
+            with open(self.out_path, "a") as out:
+                due = time.monotonic()
+                while True:
+                    out.write("@ %d %.6f\n%s" % (time.monotonic_ns(), time.time(), self.take()))
+                    out.flush()
+                    due += self.period_s
+                    if self.stop_event.wait(max(0.0, due - time.monotonic())):
+                        break
+                # one last snapshot at the stop, so deltas cover the whole step
+                out.write("@ %d %.6f\n%s" % (time.monotonic_ns(), time.time(), self.take()))
+        except Exception as exc:  # noqa: BLE001 - reported in the run record, never kills the run
+            self.error = "%s sampler: %r" % (self.kind, exc)
+
+    def stop(self, timeout=5.0):
+        self.stop_event.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
+        return self.error
+
+
+class JtopSampler(Snapshotter):
+    """jetson-stats: one JSON line of ``jetson.stats`` per period (its service does the sampling)."""
+
+    def __init__(self, period_ms, out_path):
+        Snapshotter.__init__(self, "jtop", period_ms, out_path, None)
+
+    def start(self):
+        open(self.out_path, "w").close()
+        self.thread = threading.Thread(target=self._loop, name="collector-jtop", daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        try:
+            from jtop import JtopException, jtop
+        except ImportError:
+            self.error = "jtop: " + (_jtop_reason() or "cannot import jtop")
+            return
+        try:
+            with jtop(interval=self.period_s) as jetson, open(self.out_path, "a") as out:
+                while not self.stop_event.is_set() and jetson.ok():
+                    stats = dict(jetson.stats)
+                    out.write(json.dumps({"t_ns": time.monotonic_ns(), "stats": stats}, default=str) + "\n")
+                    out.flush()
+        except JtopException as exc:
+            self.error = "jtop service: %s" % str(exc).strip().splitlines()[0]
+
+
+def start(specs, run_dir):
+    """Start every platform collector in ``specs`` (kind -> spec); return (running, skipped reasons)."""
+    running, skipped = [], {}
+    for kind, spec in specs.items():
+        if kind not in KINDS:
+            continue
+        reason = unavailable_reason(kind)
+        if reason:
+            if spec.get("optional"):
+                skipped[kind] = reason
+                continue
+            for item in running:
+                item.stop()
+            raise Unavailable("collector %s: %s" % (kind, reason))
+        period = int(spec.get("period_ms", 1000))
+        if kind in PROCESS_KINDS:
+            item = _process(kind, spec, run_dir)
+        elif kind == "jtop":
+            item = JtopSampler(period, os.path.join(run_dir, "jtop.jsonl"))
+        else:
+            item = Snapshotter(kind, period, os.path.join(run_dir, kind + ".txt"), SNAPSHOTS[kind])
+        item.start()
+        running.append(item)
+    return running, skipped
+
+
+if __name__ == "__main__":  # a quick look on a board: python3 -m runner.platform_collectors
+    json.dump(availability(), sys.stdout, indent=1)
+    sys.stdout.write("\n")

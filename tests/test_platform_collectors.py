@@ -1,0 +1,157 @@
+"""Platform collectors: tegrastats run by the runner and parsed into `telemetry`, sampled kernel files
+(/proc/vmstat, PSI, thermal zones, power supplies) parsed into tables, optional vs required when a
+collector cannot run, and the parsers on real captures."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.parsers import ParseError, parse
+from runner import platform_collectors as pc
+from runner import probe
+from tests import fakeboard as fb
+from tests.conftest import REPO, run_cli
+
+LINUX = fb.DATA / "linux"
+COLLECT = """collect:
+  tegrastats: {period_ms: 100}
+  thermal: {period_ms: 50}
+  vmstat: {period_ms: 50}
+  psi: {period_ms: 50, optional: true}
+  jtop: {optional: true}"""
+
+
+def _run(tmp_path: Path, collect: str, platform: str = "jetson", env: dict[str, str] | None = None):  # noqa: ANN202
+    exp = tmp_path / "col.yaml"
+    exp.write_text(f"name: col\ntargets: [board]\nfiles:\n  data: {{create: 8M}}\ncache: none\n{collect}\n"
+                   "steps:\n  - read: {file: data, pattern: seq}\n")
+    targets = fb.target_dir(tmp_path, "board", platform)
+    results = tmp_path / "results"
+    done = run_cli("run", str(exp), "--targets-dir", str(targets), "--results", str(results),
+                   "--scratch", str(tmp_path / "scratch"), env=env, timeout=300)
+    return done, results
+
+
+def test_tegrastats_and_sampled_files_land_in_tables(tmp_path: Path) -> None:
+    root = fb.jetson_tree(tmp_path / "root")
+    env = fb.jetson_env(root, fb.jetson_tools(tmp_path / "bin"))
+    done, results = _run(tmp_path, COLLECT, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # optional collectors that cannot run are named with the reason, and the runs go on
+    assert "collector psi unavailable" in done.stdout + done.stderr
+    [rs] = list(results.iterdir())
+    telemetry = pd.read_parquet(rs / "tables" / "telemetry.parquet")
+    tegra = telemetry[telemetry["source"] == "tegrastats"]
+    assert len(tegra) >= 1 and tegra["ram_total_mb"].iloc[0] == 7620  # the replayed real capture
+    assert tegra["temp_tj_c"].notna().all()
+    thermal = telemetry[telemetry["source"] == "thermal"]
+    assert len(thermal) >= 2 and (thermal["temp_tj_thermal_c"] == 47.0).all()
+    assert thermal["t_rel_s"].notna().all()  # placed on the step's time axis
+    memory = pd.read_parquet(rs / "tables" / "memory.parquet")
+    vm = memory[memory["source"] == "vmstat"]
+    assert len(vm) >= 2 and "d_pgmajfault" in vm.columns and (vm["d_pgmajfault"].dropna() == 0).all()
+    record = json.loads(next((rs / "raw").rglob("run.json")).read_text())
+    skipped = " ".join(record.get("collector_errors", []))
+    assert "psi skipped (optional): /proc/pressure/* is not readable" in skipped
+    assert "jtop skipped (optional): jetson-stats is not installed" in skipped
+
+
+def test_a_required_collector_that_cannot_run_stops_before_a_set_exists(tmp_path: Path) -> None:
+    # this machine has no tegrastats: a plain Linux target
+    done, results = _run(tmp_path, "collect:\n  tegrastats: {period_ms: 500}", platform="linux")
+    assert done.returncode == 2
+    assert "collector tegrastats cannot run: tegrastats not found on PATH (or mark it optional: true)" in done.stderr
+    assert not results.exists() or not list(results.iterdir())
+
+
+def test_collector_options_are_validated(tmp_path: Path) -> None:
+    done, _ = _run(tmp_path, "collect:\n  vmstat: {period_ms: 5, optinal: true}", platform="linux")
+    assert done.returncode == 2 and "collect.vmstat" in done.stderr
+
+
+def test_snapshotter_writes_a_first_and_a_last_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fb.jetson_tree(tmp_path / "root")
+    monkeypatch.setattr(probe, "ROOT", str(tmp_path / "root"))
+    running, skipped = pc.start({"vmstat": {"period_ms": 10_000}, "thermal": {"period_ms": 10_000}}, str(tmp_path))
+    assert skipped == {}
+    assert [item.stop() for item in running] == [None, None]
+    rows = parse("vmstat", (tmp_path / "vmstat.txt").read_bytes())
+    assert len(rows) == 2 and rows[1]["t_ns"] > rows[0]["t_ns"]
+    assert rows[1]["d_pgmajfault"] == 0 and rows[0]["nr_free_pages"] > 0
+    temps = parse("thermal", (tmp_path / "thermal.txt").read_bytes())
+    assert temps[0]["temp_tj_thermal_c"] == 47.0 and temps[0]["temp_cpu_thermal_c"] == 46.0
+
+
+def test_required_unavailable_collector_is_an_error_in_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   ) -> None:
+    monkeypatch.setattr(probe, "ROOT", str(tmp_path))  # an empty tree: no /proc/pressure
+    with pytest.raises(pc.Unavailable, match="collector psi: /proc/pressure"):
+        pc.start({"psi": {"period_ms": 100}}, str(tmp_path))
+
+
+def test_tegrastats_tool_process_is_stopped_by_sigterm(tmp_path: Path) -> None:
+    bindir = fb.jetson_tools(tmp_path / "bin")
+    proc = pc.ToolProcess("tegrastats", [str(bindir / "tegrastats"), "--interval", "20", "--logfile",
+                                         str(tmp_path / "t.log")], str(tmp_path / "t.log"), False)
+    proc.start()
+    pid = proc.proc.pid
+    assert proc.stop() is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)  # gone, not left behind
+
+
+# ------------------------------------------------------------------------------------- parsers
+def test_vmstat_parser_reads_a_real_proc_vmstat() -> None:
+    [row] = parse("vmstat", (LINUX / "proc-vmstat-debian12-6.18.txt").read_bytes())
+    assert row["t_ns"] is None and row["pgmajfault"] >= 0 and "workingset_refault_file" in row
+
+
+def test_psi_parser_reads_real_pressure_files() -> None:
+    [row] = parse("psi", (LINUX / "proc-pressure-memory.txt").read_bytes())
+    assert {"memory_some_avg10_pct", "memory_full_total_us"} <= set(row)
+    text = b"".join(b"@ %d 1.0\n" % (i * 10**9) + b"".join(
+        b"%s %s" % (res.encode(), line) for res in ("memory", "io")
+        for line in (LINUX / f"proc-pressure-{res}.txt").read_bytes().splitlines(keepends=True)) for i in (1, 2))
+    rows = parse("psi", text)
+    assert rows[1]["d_memory_some_total_us"] == 0 and rows[1]["dt_s"] == 1.0
+
+
+def test_snapshot_parsers_reject_other_text() -> None:
+    with pytest.raises(ParseError, match="/proc/vmstat"):
+        parse("vmstat", b"MemTotal:  123 kB\n")
+    with pytest.raises(ParseError, match="pressure"):
+        parse("psi", b"some total=3\n")
+
+
+def test_power_parser_multiplies_current_and_voltage() -> None:
+    rows = parse("power", b"@ 1000 1.0\nbattery -512000 3851000\nusb 0 -\n")
+    assert rows[0]["power_battery_mw"] == pytest.approx(1971.712)
+    assert rows[0]["usb_voltage_uv"] is None and rows[0]["power_usb_mw"] is None
+
+
+def test_jtop_parser_reads_real_stats_in_tegrastats_columns() -> None:
+    # the repr holds datetime objects, as jetson.stats does; rebuild them and serialise like the runner
+    text = (fb.DATA / "jetson" / "jtop-stats-orin-nano-25w.txt").read_text()
+    stats = eval(text, {"__builtins__": {}, "datetime": datetime})  # noqa: S307 - our own test data
+    line = json.dumps({"t_ns": 5, "stats": stats}, default=str).encode()
+    [row] = parse("jtop", line)
+    assert row["cpu_load_pct"] == [18, 39, 9, 9, 5, 3] and row["gpu_load_pct"] == 4.8
+    assert row["temp_tj_c"] == 47.906 and row["temp_cv0_c"] is None  # -256 = offline
+    assert row["power_tot_mw"] == 5133 and row["nvp_model"] == "25W"
+    assert row["ram_used_pct"] == pytest.approx(45.74, abs=0.01)
+
+
+def test_every_collector_has_a_registered_parser() -> None:
+    from harness.collectors import COLLECTORS
+    from harness.parsers import PARSERS
+
+    assert set(pc.KINDS) <= set(COLLECTORS)
+    assert all(COLLECTORS[kind].parser in PARSERS for kind in pc.KINDS)
+    assert (REPO / "runner" / "platform_collectors.py").exists()
