@@ -59,3 +59,10 @@ def run_read(ctx, spec):
 
 
 STEPS = {"fio": run_fio, "read": run_read}
+
+# llama.cpp steps live in runner/llama.py, which imports StepFailed from here: looked up at call time so
+# either module may be imported first.
+from runner import llama as _llama  # noqa: E402
+
+STEPS["llama-bench"] = lambda ctx, spec: _llama.run_llama_bench(ctx, spec)
+STEPS["llama-server"] = lambda ctx, spec: _llama.run_llama_server(ctx, spec)

@@ -2,4 +2,5 @@
 
 SCHEMA_VERSION = 1
 INCOMPLETE_SUFFIX = ".incomplete"
-TABLES = ("runs", "fio", "reads", "blockstat", "threads", "facts", "telemetry", "memory", "iostat")
+TABLES = ("runs", "fio", "reads", "blockstat", "threads", "facts",
+          "bench", "bench_samples", "requests", "telemetry", "memory", "iostat")

@@ -59,4 +59,5 @@ def check_steps(experiment: Any, doc: Any) -> None:
 
 
 from harness.steps import fio as _fio  # noqa: E402,F401  (registers)
+from harness.steps import llamacpp as _llamacpp  # noqa: E402,F401
 from harness.steps import read as _read  # noqa: E402,F401

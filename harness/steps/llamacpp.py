@@ -1,0 +1,207 @@
+"""The llama.cpp steps: ``llama-bench`` (all of its rows kept) and ``llama-server`` (measured per request).
+
+Both read the binaries of the experiment's llama.cpp build from the run spec (``engines.llama.cpp.bin_dir``,
+filled by the campaign) and the model from the experiment's named files (``model`` by default). ``args`` are
+the engine's own command-line arguments, templated from the matrix (``["-t", "{threads}"]``); the options the
+harness owns (model, output format, host, port) are refused there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+
+from harness.config.validate import StrictModel
+from harness.parsers import ParseError, parse
+from harness.parsers.blockstat import delta
+from harness.parsers.llama_bench import sample_rows
+from harness.parsers.llama_server import timings_row
+from harness.steps import Rows, StepKind, register_step
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+Arg = str | int | float
+
+
+def _refuse_owned(args: list[Arg], owned: tuple[str, ...]) -> list[Arg]:
+    clash = sorted({str(a) for a in args} & set(owned))
+    if clash:
+        raise ValueError(f"{', '.join(clash)} are set by the harness (owned: {', '.join(owned)})")
+    return args
+
+
+class LlamaBenchConfig(StrictModel):
+    model: str = "model"
+    args: list[Arg] = Field(default_factory=list)
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: list[Arg]) -> list[Arg]:
+        return _refuse_owned(value, ("-m", "--model", "-o", "--output"))
+
+
+def load_prompts(path: str) -> list[str]:
+    """``{"prompt": ...}`` per line; a relative path is looked up from the current directory, then the repo."""
+    candidates = [Path(path)] if Path(path).is_absolute() else [Path.cwd() / path, REPO_ROOT / path]
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is None:
+        where = ", ".join(dict.fromkeys(str(p.parent) for p in candidates))
+        raise ValueError(f"prompts file {path} not found (looked in {where})")
+    prompts = []
+    for number, line in enumerate(found.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{found}:{number}: invalid JSON ({exc.msg})") from None
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
+            raise ValueError(f'{found}:{number}: expected {{"prompt": "..."}}')
+        prompts.append(item["prompt"])
+    if not prompts:
+        raise ValueError(f"{found}: no prompts")
+    return prompts
+
+
+class LlamaServerConfig(StrictModel):
+    model: str = "model"
+    args: list[Arg] = Field(default_factory=list)
+    prompts: list[str] = Field(min_length=1)  # given as a JSONL path or inline
+    n_predict: Annotated[int, Field(ge=1)] = 32
+    requests_per_prompt: Annotated[int, Field(ge=1)] = 1
+    health_timeout_s: Annotated[float, Field(gt=0)] = 300.0
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+
+    @field_validator("prompts", mode="before")
+    @classmethod
+    def _prompts(cls, value: Any) -> Any:
+        return load_prompts(value) if isinstance(value, str) else value
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: list[Arg]) -> list[Arg]:
+        return _refuse_owned(value, ("-m", "--model", "--host", "--port"))
+
+
+class _LlamaStep(StepKind):
+    def files_read(self, config: Any) -> list[str]:
+        return [config.model]
+
+
+@register_step
+class LlamaBenchStep(_LlamaStep):
+    name = "llama-bench"
+    Config = LlamaBenchConfig
+
+    def estimate_s(self, config: LlamaBenchConfig, file_sizes: dict[str, int]) -> float:
+        # load + a few passes over the model; only for `harness plan`
+        return 10.0 + 4 * file_sizes.get(config.model, 0) / 200e6
+
+    def runner_spec(self, config: LlamaBenchConfig, files: dict[str, str], cache: str) -> dict[str, Any]:
+        return {"model": files[config.model], "args": list(config.args), "timeout_s": config.timeout_s or 3600.0}
+
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        output = run_dir / "bench.jsonl"
+        if not output.exists() or not output.read_bytes().strip():
+            return {}
+        rows = parse("llama-bench", output.read_bytes())
+        return {"bench": rows, "bench_samples": sample_rows(rows)}
+
+
+@register_step
+class LlamaServerStep(_LlamaStep):
+    name = "llama-server"
+    Config = LlamaServerConfig
+
+    def estimate_s(self, config: LlamaServerConfig, file_sizes: dict[str, int]) -> float:
+        requests = len(config.prompts) * config.requests_per_prompt
+        return 10.0 + requests * (1.0 + config.n_predict * 0.1)
+
+    def runner_spec(self, config: LlamaServerConfig, files: dict[str, str], cache: str) -> dict[str, Any]:
+        # prompts travel inside the spec: the target needs no copy of the prompts file
+        return {"model": files[config.model], "args": list(config.args), "prompts": list(config.prompts),
+                "n_predict": config.n_predict, "requests_per_prompt": config.requests_per_prompt,
+                "cache": cache, "health_timeout_s": config.health_timeout_s,
+                "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 600}
+
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        output = run_dir / "requests.jsonl"
+        if not output.exists():
+            return {}
+        rows = []
+        for number, line in enumerate(output.read_text().splitlines(), start=1):
+            if line.strip():
+                try:
+                    rows.append(request_row(json.loads(line)))
+                except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise ParseError(f"{output.name}: bad request record ({exc})", line=number) from None
+        return {"requests": rows}
+
+
+def _stat(line: str | None) -> dict[str, Any] | None:
+    if not line:
+        return None
+    try:
+        return parse("blockstat", line.encode())[0]
+    except (ParseError, IndexError):
+        return None
+
+
+def window(a: dict[str, Any] | None, b: dict[str, Any] | None, prefix: str) -> dict[str, Any]:
+    """Device and process deltas between two snapshots, columns prefixed (``decode_dev_read_bytes`` ...)."""
+    out: dict[str, Any] = {f"{prefix}s": None}
+    keys = ("dev_read_bytes", "dev_read_ios", "dev_avg_read_io_bytes", "dev_avg_inflight", "dev_read_bytes_per_s",
+            "majflt", "utime_s", "stime_s")
+    out.update({f"{prefix}{key}": None for key in keys})
+    if not a or not b:
+        return out
+    seconds = (b["mono_ns"] - a["mono_ns"]) / 1e9
+    out[f"{prefix}s"] = seconds
+    sa, sb = _stat(a.get("blockstat")), _stat(b.get("blockstat"))
+    if sa and sb:
+        d = delta(sa, sb)
+        out[f"{prefix}dev_read_bytes"] = d["read_bytes"]
+        out[f"{prefix}dev_read_ios"] = d["read_ios"]
+        out[f"{prefix}dev_avg_read_io_bytes"] = d["avg_read_io_bytes"]
+        if seconds > 0:
+            # time_in_queue sums every request's time in flight: over the window, the average in flight
+            if d["time_in_queue_ms"] is not None:
+                out[f"{prefix}dev_avg_inflight"] = d["time_in_queue_ms"] / (seconds * 1000)
+            if d["read_bytes"] is not None:
+                out[f"{prefix}dev_read_bytes_per_s"] = d["read_bytes"] / seconds
+    pa, pb = a.get("proc"), b.get("proc")
+    if pa and pb:
+        out[f"{prefix}majflt"] = pb["majflt"] - pa["majflt"]
+        out[f"{prefix}utime_s"] = pb["utime_s"] - pa["utime_s"]
+        out[f"{prefix}stime_s"] = pb["stime_s"] - pa["stime_s"]
+    return out
+
+
+def request_row(rec: dict[str, Any]) -> dict[str, Any]:
+    """One ``requests`` row: timings, then whole-request, prefill and decode windows.
+
+    The decode window runs from the first streamed token (sampled at the end of prefill) to the final
+    message, so it holds ``predicted_n - 1`` generated tokens.
+    """
+    marks = rec.get("marks") or {}
+    start, first, end = marks.get("start"), marks.get("first_token"), marks.get("end")
+    row: dict[str, Any] = {"request": rec["index"], "prompt_index": rec.get("prompt_index"),
+                           "repeat": rec.get("repeat"), "cache": rec.get("cache"),
+                           "n_predict": rec.get("n_predict"),
+                           "residency_before_pct": rec.get("residency_before_pct"),
+                           "t_ns": start["mono_ns"] if start else None}
+    row.update(timings_row(rec) if rec.get("timings") else {})
+    row.update(window(start, end, "request_"))
+    row.update(window(start, first, "prefill_"))
+    row.update(window(first, end, "decode_"))
+    tokens = (row.get("predicted_n") or 0) - 1
+    row["decode_tokens"] = tokens if tokens > 0 else None
+    if tokens > 0:
+        if row["decode_dev_read_bytes"] is not None:
+            row["decode_dev_read_bytes_per_token"] = row["decode_dev_read_bytes"] / tokens
+        if row["decode_majflt"] is not None:
+            row["decode_majflt_per_token"] = row["decode_majflt"] / tokens
+    return row

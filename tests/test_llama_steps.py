@@ -1,0 +1,144 @@
+"""llama-bench and llama-server steps end to end on the real llama.cpp build and a tiny synthetic MoE.
+
+Each test writes a run spec the way the campaign does (the step part from the controller's ``runner_spec``),
+runs the real runner (``python -m runner run``) in a subprocess, and ingests the run directory with the
+controller's step. The build comes from the shared cache (tests/test_engine_build.py builds it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.engines.llamacpp import CPU_NATIVE_FLAGS, DEFAULT_CACHE_DIR, BuildInfo, build_llamacpp
+from harness.models.synth import SynthInfo, synth_moe
+from harness.steps import STEPS
+from tests.conftest import REPO
+
+SDIST = "llama-cpp-python==0.3.36"
+NATIVE_BIN = REPO / "runner" / "native" / "bin"
+PROMPTS = REPO / "tests" / "data" / "llama" / "prompts.jsonl"
+
+
+@pytest.fixture(scope="module")
+def llama_bin_dir() -> str:
+    cache = Path(os.environ.get("HARNESS_BUILD_CACHE", str(DEFAULT_CACHE_DIR))).expanduser()
+    build: BuildInfo = build_llamacpp({"sdist": SDIST}, list(CPU_NATIVE_FLAGS), cache_dir=cache, log=print)
+    return str(build.binary("llama-server").parent)
+
+
+@pytest.fixture(scope="module")
+def tiny_moe() -> Iterator[SynthInfo]:
+    # on the real disk (not tmpfs) and synced, so that dropping its pages makes the next read hit the device
+    base = Path("/var/tmp/harness-tests") / f"llama-{os.getpid()}"
+    base.mkdir(parents=True, exist_ok=True)
+    info = synth_moe(base / "tiny.gguf", layers=4, experts=8, used=2)
+    fd = os.open(info.path, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    yield info
+    os.unlink(info.path)
+    base.rmdir()
+
+
+def run_step(tmp_path: Path, kind: str, options: dict[str, Any], model: str, bin_dir: str, cache: str,
+             collectors: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One run through the real runner; returns (run.json, tables from the controller's ingest)."""
+    step = STEPS[kind]
+    config = step.Config.model_validate(options)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    spec = {"run_id": f"t-{kind}-{cache}", "cache": cache, "cache_files": [model], "block_device": "auto",
+            "native_bin": str(NATIVE_BIN), "collectors": collectors or [], "emulate": None,
+            "engines": {"llama.cpp": {"bin_dir": bin_dir}},
+            "step": {"kind": kind, **step.runner_spec(config, {"model": model}, cache)}}
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run([sys.executable, "-m", "runner", "run", str(run_dir / "spec.json")], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
+    assert (run_dir / "DONE").exists(), done.stderr
+    record = json.loads((run_dir / "run.json").read_text())
+    return record, step.ingest(run_dir, record)
+
+
+def processes_using(path: str) -> list[str]:
+    """Command lines of live processes that name ``path`` (the test model is unique to this session)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if path in cmdline and "llama-" in cmdline:
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+@pytest.mark.slow
+def test_llama_bench_step_rows_and_samples(tmp_path: Path, llama_bin_dir: str, tiny_moe: SynthInfo) -> None:
+    options = {"args": ["-p", 16, "-n", 8, "-t", 1, "-r", 2]}
+    collectors = [{"kind": "blockstat", "period_ms": 10}, {"kind": "threads", "period_ms": 5}]
+    record, tables = run_step(tmp_path, "llama-bench", options, tiny_moe.path, llama_bin_dir, "cold", collectors)
+    assert record["status"] == "ok", record["error"]
+    bench = tables["bench"]
+    assert [r["test"] for r in bench] == ["pp16", "tg8"]
+    assert all(r["avg_tps"] > 0 and len(r["samples_tps"]) == 2 for r in bench)
+    assert bench[0]["n_threads"] == 1 and bench[0]["model_filename"] == tiny_moe.path
+    assert bench[0]["model_size_bytes"] > 0 and bench[0]["build_commit"]
+    assert [(s["test"], s["sample"]) for s in tables["bench_samples"]] == [
+        ("pp16", 0), ("pp16", 1), ("tg8", 0), ("tg8", 1)]
+    # the collectors ran during the step, on the bench process
+    run_dir = tmp_path / "run"
+    assert (run_dir / "blockstat.txt").stat().st_size > 0 and (run_dir / "threads.txt").stat().st_size > 0
+    assert record["rusage"]["llama-bench"]["exit_code"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_llama_server_step_per_request(tmp_path: Path, llama_bin_dir: str, tiny_moe: SynthInfo, cache: str) -> None:
+    options = {"args": ["-t", 1, "-c", 512, "-np", 1], "prompts": str(PROMPTS), "n_predict": 8}
+    record, tables = run_step(tmp_path, "llama-server", options, tiny_moe.path, llama_bin_dir, cache)
+    assert record["status"] == "ok", record["error"]
+    rows = tables["requests"]
+    assert [r["request"] for r in rows] == [0, 1, 2] and [r["prompt_index"] for r in rows] == [0, 1, 2]
+    for row in rows:
+        assert row["cache"] == cache and row["predicted_n"] == 8 and row["prompt_n"] > 10
+        assert row["prefill_tps"] > 0 and row["decode_tps"] > 0 and row["decode_tokens"] == 7
+        # the decode window lies inside the request: it cannot have moved more bytes or faults
+        assert 0 <= row["decode_dev_read_bytes"] <= row["request_dev_read_bytes"]
+        assert 0 <= row["decode_majflt"] <= row["request_majflt"]
+        assert row["request_utime_s"] + row["request_stime_s"] >= 0
+        assert 0 < row["prefill_s"] < row["request_s"] and 0 < row["decode_s"] < row["request_s"]
+        if cache == "cold":
+            # the server's mapping was paged out too: nothing of the model left in memory, so the server
+            # faults the weights back in from the device (its own majflt: other disk users cannot fake it)
+            assert row["residency_before_pct"] <= 1.0
+            assert row["request_majflt"] > 0 and row["request_dev_read_bytes"] > 0
+        else:
+            assert row["residency_before_pct"] >= 99.0 and row["request_majflt"] == 0
+    assert record["summary"]["requests"] == 3 and record["rusage"]["llama-server"]["exit_code"] == 0
+    assert processes_using(tiny_moe.path) == []
+
+
+@pytest.mark.slow
+def test_llama_server_bad_args_fail_with_the_log(tmp_path: Path, llama_bin_dir: str, tiny_moe: SynthInfo) -> None:
+    options = {"args": ["--no-such-option", 3], "prompts": str(PROMPTS), "n_predict": 8}
+    record, tables = run_step(tmp_path, "llama-server", options, tiny_moe.path, llama_bin_dir, "warm")
+    assert record["status"] == "failed"
+    assert "llama-server exited" in record["error"] and "--no-such-option" in record["error"]
+    assert tables == {} and processes_using(tiny_moe.path) == []
+
+
+@pytest.mark.slow
+def test_llama_server_not_healthy_in_time_is_killed(tmp_path: Path, llama_bin_dir: str,
+                                                     tiny_moe: SynthInfo) -> None:
+    options = {"args": ["-t", 1], "prompts": str(PROMPTS), "n_predict": 8, "health_timeout_s": 0.001}
+    record, _ = run_step(tmp_path, "llama-server", options, tiny_moe.path, llama_bin_dir, "warm")
+    assert record["status"] == "failed" and "not healthy within" in record["error"]
+    assert processes_using(tiny_moe.path) == []
