@@ -88,7 +88,7 @@ class _Line:
         n = 1
         while f"{stem}{first_suffix}" in self.row:
             n += 1
-            stem = base
+            stem = f"{base}_{n}"
         return stem
 
     def word(self, i: int) -> str:
