@@ -139,6 +139,19 @@ def test_offline_cores_iram_mts_and_engines():
     assert row2["temp_bcpu_c"] == -45.0  # negative but not the -256 "off" marker
 
 
+def test_orin_nano_super_jp7_cur_avg_max_rails_and_two_value_temperatures():
+    # Captured by the platform work (tests/data/jetson/SOURCE.md): L4T R39.2.1, JetPack 7.
+    first, second = rows_of(DATA.parent / "jetson" / "tegrastats-orin-nano-super-jp7.log")
+    assert first["timestamp"] == "2026-09-19T13:33:02"
+    assert (first["emc_load_pct"], first["emc_freq_mhz"]) == (5, 665)
+    assert (first["gpu_load_pct"], first["gpu_freq_mhz"], first["gpu_freq_mhz_list"]) == (0, 305, [305])
+    assert first["nvdec0_freq_mhz"] is None and first["nvjpg1_freq_mhz"] is None
+    assert second["temp_cpu_c"] == 45.375  # "cpu@45.375C/45.812C": the first reading
+    assert (second["power_vdd_in_mw"], second["power_vdd_in_avg_mw"], second["power_vdd_in_max_mw"]) == (
+        3462, 3522, 3582)
+    assert (second["power_vdd_cpu_gpu_cv_mw"], second["power_vdd_soc_max_mw"]) == (442, 1127)
+
+
 def test_jetpack7_shapes_do_not_break_the_reader():
     # JetPack 7 prints sensor cur/max pairs and rail cur/avg/max triples; Thor prints GR3D_FREQ
     # without a load. Shapes as public parsers document them; the reader takes the first reading.
