@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -87,6 +87,8 @@ class LlamaServerConfig(StrictModel):
 
 
 class _LlamaStep(StepKind):
+    engine: ClassVar[str | None] = "llama.cpp"  # the campaign builds it and puts its bin_dir in the spec
+
     def files_read(self, config: Any) -> list[str]:
         return [config.model]
 

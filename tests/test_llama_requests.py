@@ -1,0 +1,128 @@
+"""llama step pieces that need no llama.cpp build: config checks, prompts, request windows, cold page-out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from harness.steps import STEPS
+from harness.steps.llamacpp import LlamaBenchConfig, LlamaServerConfig, request_row
+from runner import cache
+from runner.llama import make_cold, proc_stat
+from tests.conftest import REPO, run_cli
+
+NATIVE_BIN = str(REPO / "runner" / "native" / "bin")
+
+
+def test_owned_args_are_refused() -> None:
+    with pytest.raises(ValidationError, match="--port"):
+        LlamaServerConfig.model_validate({"prompts": ["hi"], "args": ["-t", 2, "--port", 8080]})
+    with pytest.raises(ValidationError, match="-o"):
+        LlamaBenchConfig.model_validate({"args": ["-p", 16, "-o", "csv"]})
+    assert LlamaBenchConfig.model_validate({"args": ["-t", 2, "-r", 3]}).args == ["-t", 2, "-r", 3]
+
+
+def test_prompts_file_is_read_into_the_spec(tmp_path: Path) -> None:
+    config = LlamaServerConfig.model_validate({"prompts": "experiments/prompts/short.jsonl", "n_predict": 16})
+    assert len(config.prompts) == 5 and config.prompts[0].startswith("Explain in two sentences")
+    spec = STEPS["llama-server"].runner_spec(config, {"model": "/m/model.gguf"}, "cold")
+    # the prompts travel in the spec, so a remote target needs no copy of the file
+    assert spec["prompts"] == config.prompts and spec["model"] == "/m/model.gguf" and spec["cache"] == "cold"
+    assert spec["n_predict"] == 16 and spec["timeout_s"] > 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "fine"}\n{"text": "no prompt key"}\n')
+    with pytest.raises(ValidationError, match="bad.jsonl:2"):
+        LlamaServerConfig.model_validate({"prompts": str(bad)})
+    with pytest.raises(ValidationError, match="not found"):
+        LlamaServerConfig.model_validate({"prompts": str(tmp_path / "missing.jsonl")})
+
+
+def test_plan_names_the_line_of_a_bad_llama_step(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    exp = tmp_path / "x.yaml"
+    exp.write_text(f"name: x\nmodel: {model}\nmatrix: {{threads: [1, 2]}}\nsteps:\n"
+                   "  - llama-bench: {args: [-t, '{threads}']}\n"
+                   "  - llama-server:\n      prompts: nowhere.jsonl\n")
+    done = run_cli("plan", str(exp))
+    assert done.returncode != 0
+    assert "x.yaml:7" in done.stderr and "nowhere.jsonl" in done.stderr
+
+
+def _stat(read_ios: int, read_sectors: int, time_in_queue_ms: int) -> str:
+    # 11-field /sys/block/DEV/stat: read_ios merges sectors ticks, write x4, in_flight io_ticks time_in_queue
+    return f"{read_ios} 0 {read_sectors} 0 0 0 0 0 0 0 {time_in_queue_ms}"
+
+
+def test_request_row_splits_prefill_and_decode() -> None:
+    s = 1_000_000_000
+    record = {
+        "index": 4, "prompt_index": 1, "repeat": 1, "cache": "cold", "n_predict": 5, "residency_before_pct": 0.2,
+        "timings": {"prompt_n": 20, "prompt_ms": 500.0, "prompt_per_second": 40.0, "predicted_n": 5,
+                    "predicted_ms": 2000.0, "predicted_per_second": 2.5},
+        "marks": {
+            "start": {"mono_ns": 10 * s, "blockstat": _stat(100, 1000, 50),
+                      "proc": {"majflt": 7, "utime_s": 1.0, "stime_s": 0.5}},
+            "first_token": {"mono_ns": 11 * s, "blockstat": _stat(110, 3000, 1050),
+                            "proc": {"majflt": 17, "utime_s": 1.5, "stime_s": 0.75}},
+            "end": {"mono_ns": 13 * s, "blockstat": _stat(130, 7096, 4050),
+                    "proc": {"majflt": 57, "utime_s": 3.0, "stime_s": 1.25}}}}
+    row = request_row(record)
+    assert (row["request"], row["prompt_index"], row["cache"], row["t_ns"]) == (4, 1, "cold", 10 * s)
+    assert (row["prefill_tps"], row["decode_tps"], row["predicted_n"]) == (40.0, 2.5, 5)
+    assert (row["request_s"], row["prefill_s"], row["decode_s"]) == (3.0, 1.0, 2.0)
+    assert row["request_dev_read_bytes"] == 6096 * 512 and row["request_dev_read_ios"] == 30
+    assert row["decode_dev_read_bytes"] == 4096 * 512 and row["decode_dev_read_ios"] == 20
+    assert row["decode_dev_avg_read_io_bytes"] == 4096 * 512 / 20
+    assert row["decode_dev_avg_inflight"] == 1.5  # 3000 ms in queue over 2 s
+    assert row["prefill_dev_avg_inflight"] == 1.0 and row["decode_dev_read_bytes_per_s"] == 4096 * 512 / 2
+    assert (row["request_majflt"], row["decode_majflt"], row["decode_utime_s"], row["decode_stime_s"]) == (
+        50, 40, 1.5, 0.5)
+    # 5 tokens predicted: the first ends prefill, 4 are generated in the decode window
+    assert row["decode_tokens"] == 4 and row["decode_dev_read_bytes_per_token"] == 4096 * 512 / 4
+    assert row["decode_majflt_per_token"] == 10
+
+
+def test_request_without_first_token_keeps_its_row() -> None:
+    record = {"index": 0, "cache": "warm", "marks": {"start": {"mono_ns": 0, "blockstat": None, "proc": None}}}
+    row = request_row(record)
+    assert row["request"] == 0 and row["decode_s"] is None and row["request_dev_read_bytes"] is None
+
+
+def test_cold_pages_out_a_file_another_process_maps(tmp_path: Path) -> None:
+    # fadvise(DONTNEED) alone leaves mapped pages; a llama-server maps its whole model
+    path = Path("/var/tmp/harness-tests") / f"mapped-{os.getpid()}.bin"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(8 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import mmap,sys; f=open(sys.argv[1],'rb'); m=mmap.mmap(f.fileno(),0,"
+         "access=mmap.ACCESS_READ)\nfor _ in iter(sys.stdin.readline, ''):\n"
+         " print(sum(m[i] for i in range(0, len(m), 4096)), flush=True)", str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        holder.stdin.write(b"touch\n")
+        holder.stdin.flush()
+        holder.stdout.readline()  # every page touched and mapped
+        cache._cachectl(NATIVE_BIN, "drop", [str(path)])
+        assert cache.residency(NATIVE_BIN, [str(path)])[0]["resident_pct"] > 90  # DONTNEED alone: still there
+        majflt_before = proc_stat(holder.pid)["majflt"]
+        evicted, residency = make_cold(NATIVE_BIN, holder.pid, str(path))
+        assert evicted["mapped_bytes"] == 8 << 20 and "error" not in evicted
+        assert residency[0]["resident_pct"] <= 1.0
+        holder.stdin.write(b"touch\n")
+        holder.stdin.flush()
+        holder.stdout.readline()
+        # the holder's next touch had to fault the pages back in
+        assert proc_stat(holder.pid)["majflt"] > majflt_before
+    finally:
+        holder.kill()
+        holder.wait()
+        path.unlink()
