@@ -107,3 +107,37 @@ def target_dir(base: Path, name: str, platform: str) -> Path:
     targets.mkdir(parents=True, exist_ok=True)
     (targets / f"{name}.yaml").write_text(f"platform: {platform}\ntransport: local\nworkdir: {base / 'work'}\n")
     return targets
+
+
+def android_tree(root: Path, *, zone_millic: int = 38000) -> Path:
+    """A phone: /system/build.prop marks Android; UFS shows as sda; battery in power_supply."""
+    write(root, "/system/build.prop", "ro.build.version.release=13\n")
+    write(root, "/proc/meminfo", "MemTotal:       11615536 kB\nMemAvailable:    4312200 kB\n")
+    write(root, "/proc/vmstat", (DATA / "linux" / "proc-vmstat-debian12-6.18.txt").read_text())
+    write(root, "/sys/block/sda/size", "488554496\n")
+    write(root, "/sys/block/zram0/disksize", str(6 << 30))
+    write(root, "/sys/class/thermal/thermal_zone0/type", "cpu-0-0-usr\n")
+    write(root, "/sys/class/thermal/thermal_zone0/temp", f"{zone_millic}\n")
+    write(root, "/sys/class/thermal/thermal_zone1/type", "battery\n")
+    write(root, "/sys/class/thermal/thermal_zone1/temp", "31000\n")
+    write(root, "/sys/class/power_supply/battery/type", "Battery\n")
+    write(root, "/sys/class/power_supply/battery/status", "Discharging\n")
+    write(root, "/sys/class/power_supply/battery/current_now", "-512000\n")
+    write(root, "/sys/class/power_supply/battery/voltage_now", "3851000\n")
+    write(root, "/sys/class/power_supply/battery/capacity", "83\n")
+    policy = "/sys/devices/system/cpu/cpufreq/policy7/"
+    write(root, policy + "scaling_available_frequencies", "1000000 2000000 3050000\n")
+    write(root, policy + "scaling_max_freq", "3050000\n")
+    write(root, policy + "cpuinfo_max_freq", "3050000\n")
+    return root
+
+
+def android_tools(bindir: Path, getprop: str = "getprop-redmi-m2101k9c-mt6893.txt") -> Path:
+    capture = DATA / "android" / getprop
+    tool(bindir, "getprop", f"import sys\nsys.stdout.write(open({str(capture)!r}).read())\n")
+    return bindir
+
+
+def replay(bindir: Path, name: str, capture: Path, exit_code: int = 0) -> None:
+    """A fake ``name`` that prints a real capture (macOS sysctl, sw_vers, diskutil...)."""
+    tool(bindir, name, f"import sys\nsys.stdout.write(open({str(capture)!r}).read())\nsys.exit({exit_code})\n")
