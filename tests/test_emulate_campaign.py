@@ -1,0 +1,89 @@
+"""Board emulation through the controller: the ``emulate:`` key, refusal before a set exists, and the
+emulation showing up in run.json, the runs table and the figures."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.results.loader import load_result_set
+from runner import emulate
+from tests.conftest import run_cli
+
+MiB = 1 << 20
+needs_cgroups = pytest.mark.skipif(os.geteuid() != 0 or "memory" not in emulate.detect() or "io" not in
+                                   emulate.detect(), reason="needs root and cgroup memory and io controllers")
+
+
+def experiment(tmp_path: Path, emulate_block: str, matrix: str = "{}") -> Path:
+    path = tmp_path / "emu.yaml"
+    path.write_text(f"""\
+name: emu
+files:
+  data: {{create: 32M}}
+matrix: {matrix}
+cache: cold
+emulate: {emulate_block}
+steps:
+  - read: {{file: data, pattern: seq}}
+""")
+    return path
+
+
+@pytest.mark.parametrize(("block", "words"), [
+    ("{memroy: 512M}", "emulate.memroy: unknown key 'memroy' (expected one of: memory, read_bytes_per_s"),
+    ("{memory: 64k}", "emulate.memory: expected a memory budget of at least 4.0 MiB"),
+    ("{read_bytes_per_s: fast}", "emulate.read_bytes_per_s: expected a size like"),
+    ("{read_ahead_kb: '{nope}'}", "names 'nope', which is not a matrix key"),
+])
+def test_bad_emulate_block_is_one_line_with_file_and_line(tmp_path: Path, block: str, words: str) -> None:
+    path = experiment(tmp_path, block, matrix="{ra: [128]}")
+    done = run_cli("plan", str(path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{path}:6: " in done.stderr and words in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_template_from_the_matrix_is_checked_per_cell(tmp_path: Path) -> None:
+    done = run_cli("plan", str(experiment(tmp_path, "{read_ahead_kb: '{ra}'}", matrix="{ra: [128, -1]}")))
+    assert done.returncode == 2 and "emulate.read_ahead_kb" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+@needs_cgroups
+def test_machine_without_controllers_refuses_before_a_set_exists(tmp_path: Path) -> None:
+    empty = tmp_path / "no-cgroups"
+    empty.mkdir()
+    results = tmp_path / "results"
+    done = run_cli("run", str(experiment(tmp_path, "{memory: 64M}")), "--results", str(results),
+                   "--scratch", str(tmp_path / "s"), env={"HARNESS_CGROUP_ROOT": str(empty)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "target local: emulation refused" in done.stderr and "no cgroup memory controller" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not results.exists() or not any(results.iterdir())
+
+
+@pytest.mark.slow
+@needs_cgroups
+def test_emulated_campaign_records_settings_everywhere(tmp_path: Path) -> None:
+    path = experiment(tmp_path, "{memory: 16M, read_bytes_per_s: 200M, read_ahead_kb: '{ra}'}",
+                      matrix="{ra: [128, 256]}")
+    done = run_cli("run", str(path), "--results", str(tmp_path / "results"), "--scratch", str(tmp_path / "s"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rs = load_result_set(next((tmp_path / "results").iterdir()))
+    runs = rs.table("runs").set_index("ra")
+    assert list(runs["status"]) == ["ok", "ok"]
+    for ra in (128, 256):
+        assert runs.loc[ra, "emu_read_ahead_kb"] == runs.loc[ra, "emu_read_ahead_kb_seen"] == ra
+    assert (runs["emu_memory_bytes"] == 16 * MiB).all() and (runs["emu_read_bytes_per_s"] == 200 * MiB).all()
+    assert (runs["emu_memory_peak_bytes"] <= 17 * MiB).all()
+    assert (runs["emu_io_read_bytes"] >= 31 * MiB).all() and runs["emu_cgroups_removed"].all()
+    record = json.loads(next((rs.path / "raw" / "local").glob("*-128-cold-r1/run.json")).read_text())
+    assert record["emulation"]["requested"] == {"memory": "16M", "read_bytes_per_s": "200M", "read_ahead_kb": 128}
+    assert record["emulation"]["effective"]["memory_bytes"] == 16 * MiB
+    # a figure made from these runs says so, in its footer and in its metadata
+    svg = (rs.path / "figures" / "read_accounting.svg").read_text()
+    assert "emulated: memory 16.0 MiB" in svg and "read_ahead_kb 128|256" in svg
