@@ -178,8 +178,8 @@ def run(spec_path):
         record["emulation"] = emulation.teardown()  # after the step's processes: stats, rmdir, restore
         oom = ((record["emulation"] or {}).get("stats") or {}).get("oom_kill")
         if oom and record["status"] != "ok":
-            record["error"] = "%s (OOM kill in the emulation cgroup: %d process(es) exceeded memory %s)" % (
-                record["error"], oom, emulation.wanted.get("memory_bytes"))
+            record["error"] = "%s (OOM: %d process(es) killed for exceeding the emulated memory budget of %.0f MiB)" % (
+                record["error"], oom, emulation.wanted.get("memory_bytes", 0) / 1048576.0)
         record.setdefault("step_ended", now())
         record.setdefault("blockstat_after", blockstat_line(device))
         sampler_errors = collectors.stop_all()

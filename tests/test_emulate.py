@@ -144,6 +144,16 @@ def test_memory_budget_bounds_a_cold_read_of_a_bigger_file(workdir: Path, native
     assert emu["cgroups_removed"] is True and not os.path.exists(emu["cgroups"]["memory"])
 
 
+def test_a_budget_too_small_is_an_oom_kill_recorded_as_a_failed_run(workdir: Path, native_bin: str,
+                                                                     files: dict) -> None:
+    spec = make_spec(workdir, native_bin, files["small"], {"memory_bytes": 4 * MiB})  # python alone needs more
+    record = run_runner(spec)
+    assert record["status"] == "failed"
+    assert "read exited with -9" in record["error"] and "OOM" in record["error"] and "4 MiB" in record["error"]
+    assert record["emulation"]["stats"]["oom_kill"] >= 1 and record["rusage"]["read"]["exit_code"] == -9
+    assert record["emulation"]["cgroups_removed"] is True
+
+
 def test_read_throttle_caps_the_step_rate(workdir: Path, native_bin: str, files: dict) -> None:
     limit = 50 * MiB
     spec = make_spec(workdir, native_bin, files["small"], {"read_bytes_per_s": limit})
