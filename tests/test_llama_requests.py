@@ -22,6 +22,8 @@ NATIVE_BIN = str(REPO / "runner" / "native" / "bin")
 def test_owned_args_are_refused() -> None:
     with pytest.raises(ValidationError, match="--port"):
         LlamaServerConfig.model_validate({"prompts": ["hi"], "args": ["-t", 2, "--port", 8080]})
+    with pytest.raises(ValidationError, match="stream"):
+        LlamaServerConfig.model_validate({"prompts": ["hi"], "request": {"stream": False}})
     with pytest.raises(ValidationError, match="-o"):
         LlamaBenchConfig.model_validate({"args": ["-p", 16, "-o", "csv"]})
     assert LlamaBenchConfig.model_validate({"args": ["-t", 2, "-r", 3]}).args == ["-t", 2, "-r", 3]
@@ -86,6 +88,11 @@ def test_request_row_splits_prefill_and_decode() -> None:
     # 5 tokens predicted: the first ends prefill, 4 are generated in the decode window
     assert row["decode_tokens"] == 4 and row["decode_dev_read_bytes_per_token"] == 4096 * 512 / 4
     assert row["decode_majflt_per_token"] == 10
+    assert (row["t_first_token_ns"], row["t_end_ns"]) == (11 * s, 13 * s)
+    assert row["cold_reached"] is True and row["pageout_error"] is None
+    record["residency_before_pct"], record["pageout"] = 40.0, {"error": "process_madvise: Function not implemented"}
+    row = request_row(record)
+    assert row["cold_reached"] is False and "not implemented" in row["pageout_error"]
 
 
 def test_request_without_first_token_keeps_its_row() -> None:

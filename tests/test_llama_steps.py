@@ -20,7 +20,7 @@ import pytest
 from harness.engines.llamacpp import CPU_NATIVE_FLAGS, DEFAULT_CACHE_DIR, BuildInfo, build_llamacpp
 from harness.models.synth import SynthInfo, synth_moe
 from harness.steps import STEPS
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 
 SDIST = "llama-cpp-python==0.3.36"
 NATIVE_BIN = REPO / "runner" / "native" / "bin"
@@ -102,7 +102,8 @@ def test_llama_bench_step_rows_and_samples(tmp_path: Path, llama_bin_dir: str, t
 @pytest.mark.slow
 @pytest.mark.parametrize("cache", ["cold", "warm"])
 def test_llama_server_step_per_request(tmp_path: Path, llama_bin_dir: str, tiny_moe: SynthInfo, cache: str) -> None:
-    options = {"args": ["-t", 1, "-c", 512, "-np", 1], "prompts": str(PROMPTS), "n_predict": 8}
+    options = {"args": ["-t", 1, "-c", 512, "-np", 1], "prompts": str(PROMPTS), "n_predict": 8,
+               "request": {"ignore_eos": True}}  # exactly n_predict tokens whatever the random weights say
     record, tables = run_step(tmp_path, "llama-server", options, tiny_moe.path, llama_bin_dir, cache)
     assert record["status"] == "ok", record["error"]
     rows = tables["requests"]
@@ -142,3 +143,46 @@ def test_llama_server_not_healthy_in_time_is_killed(tmp_path: Path, llama_bin_di
     record, _ = run_step(tmp_path, "llama-server", options, tiny_moe.path, llama_bin_dir, "warm")
     assert record["status"] == "failed" and "not healthy within" in record["error"]
     assert processes_using(tiny_moe.path) == []
+
+
+CAMPAIGN = """\
+name: llama-e2e
+model: {synth: {layers: 4, experts: 8, used: 2}}
+cache: both
+matrix: {threads: [1]}
+collect:
+  blockstat: {period_ms: 10}
+  threads: {period_ms: 5}
+steps:
+  - llama-bench: {args: [-p, 16, -n, 8, -t, "{threads}", -r, 2]}
+  - llama-server:
+      args: [-t, "{threads}", -c, 512, -np, 1]
+      prompts: tests/data/llama/prompts.jsonl
+      n_predict: 8
+      request: {ignore_eos: true}
+"""
+
+
+@pytest.mark.slow
+def test_campaign_with_llama_steps_fills_bench_and_requests(tmp_path: Path, llama_bin_dir: str) -> None:
+    import pandas as pd
+
+    exp = tmp_path / "llama-e2e.yaml"
+    exp.write_text(CAMPAIGN)
+    done = run_cli("run", str(exp), "--results", str(tmp_path / "results"),
+                   "--scratch", f"/var/tmp/harness-tests/{tmp_path.name}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (result_set,) = (tmp_path / "results").iterdir()
+    tables = result_set / "tables"
+    runs = pd.read_parquet(tables / "runs.parquet")
+    assert sorted(zip(runs["step"], runs["cache"], runs["status"], strict=True)) == [
+        ("llama-bench", "cold", "ok"), ("llama-bench", "warm", "ok"),
+        ("llama-server", "cold", "ok"), ("llama-server", "warm", "ok")]
+    bench = pd.read_parquet(tables / "bench.parquet")
+    assert sorted(bench["test"]) == ["pp16", "pp16", "tg8", "tg8"] and (bench["avg_tps"] > 0).all()
+    assert len(pd.read_parquet(tables / "bench_samples.parquet")) == 8
+    requests = pd.read_parquet(tables / "requests.parquet")
+    assert sorted(requests["cache"]) == ["cold"] * 3 + ["warm"] * 3
+    assert (requests["predicted_n"] == 8).all() and requests["run_id"].isin(runs["run_id"]).all()
+    cold = requests[requests["cache"] == "cold"]
+    assert (cold["residency_before_pct"] <= 1.0).all() and (cold["request_majflt"] > 0).all()

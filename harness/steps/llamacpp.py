@@ -22,6 +22,7 @@ from harness.parsers.llama_server import timings_row
 from harness.steps import Rows, StepKind, register_step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+COLD_MAX_PCT = 1.0  # as runner/cache.py: cold means at most 1 % of the model resident
 Arg = str | int | float
 
 
@@ -72,6 +73,8 @@ class LlamaServerConfig(StrictModel):
     prompts: list[str] = Field(min_length=1)  # given as a JSONL path or inline
     n_predict: Annotated[int, Field(ge=1)] = 32
     requests_per_prompt: Annotated[int, Field(ge=1)] = 1
+    # extra /completion fields, e.g. {ignore_eos: true} for a fixed decode length
+    request: dict[str, Any] = Field(default_factory=dict)
     health_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     timeout_s: Annotated[float, Field(gt=0)] | None = None
 
@@ -84,6 +87,14 @@ class LlamaServerConfig(StrictModel):
     @classmethod
     def _args(cls, value: list[Arg]) -> list[Arg]:
         return _refuse_owned(value, ("-m", "--model", "--host", "--port"))
+
+    @field_validator("request")
+    @classmethod
+    def _request(cls, value: dict[str, Any]) -> dict[str, Any]:
+        owned = sorted(set(value) & {"prompt", "stream", "n_predict"})
+        if owned:
+            raise ValueError(f"{', '.join(owned)} are set by the harness (prompts, n_predict; always streamed)")
+        return value
 
 
 class _LlamaStep(StepKind):
@@ -126,7 +137,7 @@ class LlamaServerStep(_LlamaStep):
         # prompts travel inside the spec: the target needs no copy of the prompts file
         return {"model": files[config.model], "args": list(config.args), "prompts": list(config.prompts),
                 "n_predict": config.n_predict, "requests_per_prompt": config.requests_per_prompt,
-                "cache": cache, "health_timeout_s": config.health_timeout_s,
+                "cache": cache, "request": dict(config.request), "health_timeout_s": config.health_timeout_s,
                 "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 600}
 
     def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
@@ -194,7 +205,14 @@ def request_row(rec: dict[str, Any]) -> dict[str, Any]:
                            "repeat": rec.get("repeat"), "cache": rec.get("cache"),
                            "n_predict": rec.get("n_predict"),
                            "residency_before_pct": rec.get("residency_before_pct"),
-                           "t_ns": start["mono_ns"] if start else None}
+                           "t_ns": start["mono_ns"] if start else None,
+                           "t_first_token_ns": first["mono_ns"] if first else None,
+                           "t_end_ns": end["mono_ns"] if end else None}
+    if rec.get("cache") == "cold":
+        # the DESIGN's bound for a cold start; where the kernel cannot page out a mapping, rows say so
+        residency = rec.get("residency_before_pct")
+        row["cold_reached"] = residency is not None and residency <= COLD_MAX_PCT
+        row["pageout_error"] = (rec.get("pageout") or {}).get("error")
     row.update(timings_row(rec) if rec.get("timings") else {})
     row.update(window(start, end, "request_"))
     row.update(window(start, first, "prefill_"))
