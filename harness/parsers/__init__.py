@@ -19,6 +19,7 @@ from .jtop import parse_jtop
 from .llama_bench import parse_llama_bench
 from .llama_server import parse_llama_server
 from .macos import parse_diskutil, parse_iostat, parse_powermetrics, parse_sw_vers, parse_sysctl, parse_vm_stat
+from .membw import parse_membw
 from .nvpmodel import parse_nvpmodel
 from .sampler import parse_sampler_threads
 from .snapshots import parse_power, parse_psi, parse_thermal, parse_vmstat
@@ -47,6 +48,7 @@ PARSERS: dict[str, Parser] = {
     "sysctl": parse_sysctl,
     "sw_vers": parse_sw_vers,
     "diskutil": parse_diskutil,
+    "membw": parse_membw,
 }
 
 
