@@ -256,16 +256,12 @@ def run_llama_server(ctx, spec):
     model, condition = spec["model"], spec.get("cache", ctx.spec.get("cache", "none"))
     native_bin = ctx.spec.get("native_bin") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "bin")
     device = _device(ctx, model)
-    port = free_port()
-    argv = [engine_binary(ctx, spec, "llama-server"), "-m", model, "--host", "127.0.0.1", "--port", str(port)]
-    argv += [str(a) for a in spec.get("args", [])]
     deadline = time.monotonic() + spec["timeout_s"]
-    t0 = time.monotonic_ns()
-    proc = ctx.spawn(argv, name="llama-server")
-    summary = {"port": port, "device": device, "requests": 0}
+    summary = {"device": device, "requests": 0}
+    proc = None
     try:
-        wait_healthy(ctx, proc, port, min(spec.get("health_timeout_s", 300), spec["timeout_s"]))
-        summary["load_s"] = (time.monotonic_ns() - t0) / 1e9
+        proc, port, summary["load_s"] = start_server(ctx, spec)
+        summary["port"] = port
         with open(ctx.path("requests.jsonl"), "w") as out:
             for index, (prompt_index, repeat, prompt) in enumerate(_schedule(spec)):
                 remaining = deadline - time.monotonic()
@@ -278,13 +274,35 @@ def run_llama_server(ctx, spec):
                 out.flush()  # a later failure keeps the requests already measured
                 summary["requests"] += 1
     except StepFailed as exc:
-        if proc.poll() is not None and "exited" not in str(exc):
+        if proc is not None and proc.poll() is not None and "exited" not in str(exc):
             exc.args = ("%s (llama-server exited with %s: %s)" % (exc, proc.returncode,
                                                                   tail(ctx.path("llama-server.stderr"), 8)),)
         raise
     finally:
-        summary["server_exit"] = stop_server(ctx, proc)
+        if proc is not None:
+            summary["server_exit"] = stop_server(ctx, proc)
     return summary
+
+
+def start_server(ctx, spec, attempts=3):
+    """Start llama-server on a free loopback port and wait until /health says 200.
+
+    The port is chosen before the server binds it; should something else take it in between, the server
+    exits with "couldn't bind" and is started again on another port. Returns (proc, port, load seconds).
+    """
+    for attempt in range(attempts):
+        port = free_port()
+        argv = [engine_binary(ctx, spec, "llama-server"), "-m", spec["model"], "--host", "127.0.0.1",
+                "--port", str(port)] + [str(a) for a in spec.get("args", [])]
+        t0 = time.monotonic_ns()
+        proc = ctx.spawn(argv, name="llama-server")
+        try:
+            wait_healthy(ctx, proc, port, min(spec.get("health_timeout_s", 300), spec["timeout_s"]))
+            return proc, port, (time.monotonic_ns() - t0) / 1e9
+        except StepFailed as exc:
+            stop_server(ctx, proc)
+            if "couldn't bind" not in str(exc) or attempt == attempts - 1:
+                raise
 
 
 def _schedule(spec):

@@ -186,3 +186,33 @@ def test_campaign_with_llama_steps_fills_bench_and_requests(tmp_path: Path, llam
     assert (requests["predicted_n"] == 8).all() and requests["run_id"].isin(runs["run_id"]).all()
     cold = requests[requests["cache"] == "cold"]
     assert (cold["residency_before_pct"] <= 1.0).all() and (cold["request_majflt"] > 0).all()
+
+
+@pytest.mark.slow
+def test_server_started_again_when_its_port_was_taken(tmp_path: Path, llama_bin_dir: str, tiny_moe: SynthInfo,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from runner import llama
+    from runner.agent import RunContext
+    from runner.collectors import Collectors
+
+    # the race (another process binds the chosen port first) made deterministic: the picker's first
+    # answer is a port this test holds; the server is real
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    answers = [busy.getsockname()[1]]
+    real_free_port = llama.free_port
+    monkeypatch.setattr(llama, "free_port", lambda: answers.pop() if answers else real_free_port())
+    ctx = RunContext({"engines": {"llama.cpp": {"bin_dir": llama_bin_dir}}}, str(tmp_path),
+                     Collectors([], str(NATIVE_BIN), str(tmp_path), None))
+    spec = {"model": tiny_moe.path, "args": ["-t", 1], "timeout_s": 120}
+    try:
+        proc, port, load_s = llama.start_server(ctx, spec)
+        assert port != busy.getsockname()[1] and load_s > 0 and proc.poll() is None
+        assert len(ctx.processes) == 2 and ctx.processes[0].returncode == 1  # the first one could not bind
+    finally:
+        ctx.cleanup()
+        busy.close()
+    assert processes_using(tiny_moe.path) == []
