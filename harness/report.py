@@ -7,7 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness import plots
+from harness import plots, streaming_plots
+from harness.analysis.stats import pearson
 from harness.results.loader import ResultSet, load_result_set
 
 MB = 1e6
@@ -52,6 +53,43 @@ def read_summary(rs: ResultSet) -> pd.DataFrame:
     return out
 
 
+def request_summary(rs: ResultSet) -> pd.DataFrame:
+    """Per cell: decode tok/s and what the device did during decode (the seed article's per-request view)."""
+    runs, requests = rs.table("runs"), rs.table("requests")
+    params = list(rs.manifest.get("matrix") or {})
+    data = streaming_plots.ok_requests(runs, requests, params)
+    if data.empty:
+        return pd.DataFrame()
+    per_token = "decode_dev_read_bytes_per_token"
+    grouped = data.groupby("cell", sort=False)
+    out = pd.DataFrame({
+        "requests": grouped.size(),
+        "decode tok/s": grouped["decode_tps"].mean(), "sd": grouped["decode_tps"].std(),
+        "prefill tok/s": grouped["prefill_tps"].mean() if "prefill_tps" in data else None,
+        "dev MB/s": grouped["decode_dev_mbps"].mean(),
+        "MB/token": grouped[per_token].mean() / MB if per_token in data else None,
+        "avg I/O KiB": grouped["decode_dev_avg_read_io_bytes"].mean() / 1024
+        if "decode_dev_avg_read_io_bytes" in data else None,
+        "in-flight": grouped["decode_dev_avg_inflight"].mean() if "decode_dev_avg_inflight" in data else None,
+        "majflt/token": grouped["decode_majflt_per_token"].mean() if "decode_majflt_per_token" in data else None,
+    })
+    return out.reset_index()
+
+
+def bench_summary(rs: ResultSet) -> pd.DataFrame:
+    runs, bench = rs.table("runs"), rs.table("bench")
+    if bench.empty or "avg_tps" not in bench:
+        return pd.DataFrame()
+    params = list(rs.manifest.get("matrix") or {})
+    ok = runs.loc[runs["status"] == "ok", ["run_id", "cache", *[p for p in params if p in runs]]]
+    data = bench[["run_id", "test", "avg_tps"]].merge(ok, on="run_id")
+    if data.empty:
+        return pd.DataFrame()
+    data["cell"] = data.apply(streaming_plots.cell_label, axis=1, params=params)
+    out = data.groupby(["test", "cell"], sort=False)["avg_tps"].agg(["size", "mean", "std"]).reset_index()
+    return out.rename(columns={"size": "runs", "mean": "tok/s", "std": "sd"})
+
+
 def render_report(path: Path, manifest: dict[str, Any] | None = None) -> list[Path]:
     rs = load_result_set(path)
     manifest = manifest or rs.manifest
@@ -60,10 +98,19 @@ def render_report(path: Path, manifest: dict[str, Any] | None = None) -> list[Pa
     runs = rs.table("runs")
     figures: list[Path] = []
     if not runs.empty:
+        params = list(manifest.get("matrix") or {})
+        requests, bench = rs.table("requests"), rs.table("bench")
+        figures += streaming_plots.decode_vs_device(runs, requests, params, out, set_id, settings)
+        figures += streaming_plots.decode_vs_fio(runs, requests, rs.table("fio"), params, out, set_id, settings)
+        baseline = streaming_plots.baseline_cell(runs, params, manifest.get("baseline"))
+        changes = streaming_plots.change_table(runs, requests, bench, params, baseline)
+        figures += streaming_plots.change_vs_baseline_figure(changes, params, out, set_id, settings, runs)
         figures += plots.fio_ladder(runs, rs.table("fio"), out, set_id, settings)
         figures += plots.timeline(runs, rs.table("blockstat"), out, set_id, settings)
         figures += plots.read_accounting(runs, out, set_id, settings)
-    _write_markdown(rs, manifest, [f for f in figures if f.suffix == ".png"])
+        _write_markdown(rs, manifest, [f for f in figures if f.suffix == ".png"], changes)
+    else:
+        _write_markdown(rs, manifest, [], pd.DataFrame())
     return figures
 
 
@@ -71,7 +118,7 @@ def _table(frame: pd.DataFrame) -> str:
     return frame.to_markdown(index=False, floatfmt=".1f") if not frame.empty else "_no data_"
 
 
-def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]) -> None:
+def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path], changes: pd.DataFrame) -> None:
     runs = rs.table("runs")
     lines = [f"# {manifest['set_id']}", "",
              f"- experiment: `{manifest['experiment']['name']}` (sha256 {manifest['experiment']['sha256'][:12]})",
@@ -92,6 +139,20 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
         failed = runs[runs["status"] != "ok"]
         for _, run in failed.iterrows():
             lines.append(f"- `{run['run_id']}` {run['status']}: {run.get('error')}")
+    requests = request_summary(rs)
+    if not requests.empty:
+        points = streaming_plots.ok_requests(runs, rs.table("requests"), list(manifest.get("matrix") or {}))
+        corr = pearson(points["decode_dev_mbps"], points["decode_tps"])
+        lines += ["", "## Requests (llama-server): decode and the device", "", _table(requests), ""]
+        if corr:
+            lines.append(f"Pearson r (decode tok/s vs device MB/s, all requests) = {corr.r:.2f}, n = {corr.n}, "
+                         f"p = {corr.p:.2g}")
+    bench = bench_summary(rs)
+    if not bench.empty:
+        lines += ["", "## llama-bench", "", _table(bench)]
+    if not changes.empty:
+        lines += ["", f"## Change vs the same-session baseline ({manifest.get('baseline') or 'first cell'})", "",
+                  _table(changes.drop(columns=["is_baseline"]))]
     lines += ["", "## fio ladder", "", _table(fio_summary(rs)), "", "## Read baseline (block-stat accounting)", "",
               _table(read_summary(rs)), "", "## Figures", ""]
     lines += [f"![{f.stem}](figures/{f.name})" for f in figures]

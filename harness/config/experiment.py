@@ -85,6 +85,8 @@ class Experiment(StrictModel):
     files: dict[str, FileSpec] = Field(default_factory=dict)
     engine: dict[Literal["llama.cpp"], EngineSpec] = Field(default_factory=dict)
     matrix: dict[str, list[Scalar]] = Field(default_factory=dict)
+    # the cell every other cell is compared with (same session, same round); default: the first cell
+    baseline: dict[str, Scalar] | None = None
     repeat: Annotated[int, Field(ge=1)] = 1
     rounds: Annotated[int, Field(ge=1)] = 1
     cache: Literal["cold", "warm", "both", "none"] = "cold"
@@ -100,6 +102,15 @@ class Experiment(StrictModel):
             if not _NAME.match(key) or key in RESERVED_PARAMS:
                 raise ValueError(f"matrix key {key!r} is reserved or not a plain name")
         return value
+
+    @model_validator(mode="after")
+    def _baseline_in_matrix(self) -> Experiment:
+        for key, value in (self.baseline or {}).items():
+            if key not in self.matrix:
+                raise ValueError(f"baseline names {key!r}, which is not a matrix key")
+            if value not in self.matrix[key]:
+                raise ValueError(f"baseline {key}={value!r} is not one of the matrix values {self.matrix[key]}")
+        return self
 
     @model_validator(mode="after")
     def _model_is_a_file(self) -> Experiment:

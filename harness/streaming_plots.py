@@ -1,0 +1,130 @@
+"""Figures about expert streaming (DESIGN.md section 7, F1/F3/F4) from ``requests``, ``bench`` and ``fio``.
+
+F1: decode tok/s against device MB/s during decode, one point per request, with Pearson r (the seed
+article found r = 0.90 over 8 requests). F3: decode-time device throughput placed against the fio
+QD ladder measured on the same file. F4: change of each cell against the same-session baseline
+cell, mean ± sd over interleaved rounds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from harness.analysis.stats import change_vs_baseline, pearson
+from harness.plots import MB, _ordered_jobs, _save
+
+
+def cell_label(row: pd.Series, params: list[str]) -> str:
+    parts = [f"{p}={row[p]}" for p in params if p in row and pd.notna(row[p])]
+    return " ".join(parts + [str(row.get("cache", ""))]).strip()
+
+
+def ok_requests(runs: pd.DataFrame, requests: pd.DataFrame, params: list[str]) -> pd.DataFrame:
+    if requests.empty or "decode_tps" not in requests:
+        return pd.DataFrame()
+    cols = ["run_id", "round", *[p for p in params if p in runs]]
+    ok = runs.loc[runs["status"] == "ok", cols]
+    data = requests.drop(columns=[c for c in cols[1:] if c in requests]).merge(ok, on="run_id", how="inner")
+    data = data[data["decode_tps"].notna() & data["decode_dev_read_bytes_per_s"].notna()]
+    if data.empty:
+        return data
+    return data.assign(cell=data.apply(cell_label, axis=1, params=params),
+                       decode_dev_mbps=data["decode_dev_read_bytes_per_s"] / MB)
+
+
+def decode_vs_device(runs: pd.DataFrame, requests: pd.DataFrame, params: list[str], out_dir: Path,
+                     set_id: str, settings: str) -> list[Path]:
+    """F1: one point per request; colour = cell; Pearson r over all requests in the title."""
+    data = ok_requests(runs, requests, params)
+    if data.empty:
+        return []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for cell, group in data.groupby("cell", sort=False):
+        ax.scatter(group["decode_dev_mbps"], group["decode_tps"], s=18, label=cell, alpha=0.8)
+    corr = pearson(data["decode_dev_mbps"], data["decode_tps"])
+    r_text = f"Pearson r = {corr.r:.2f} (n = {corr.n}, p = {corr.p:.2g})" if corr else "r: too few points"
+    ax.set_xlabel("device read MB/s during decode")
+    ax.set_ylabel("decode tok/s")
+    ax.set_title(f"decode speed vs device throughput per request · {r_text}", fontsize=9)
+    ax.legend(fontsize=7, title="cell", title_fontsize=7)
+    return _save(fig, out_dir, "decode_vs_device", set_id, settings, runs)
+
+
+def decode_vs_fio(runs: pd.DataFrame, requests: pd.DataFrame, fio: pd.DataFrame, params: list[str],
+                  out_dir: Path, set_id: str, settings: str) -> list[Path]:
+    """F3: decode-time device MB/s per cell (mean ± sd over requests) next to the fio ladder bars."""
+    data = ok_requests(runs, requests, params)
+    if data.empty or fio.empty:
+        return []
+    ok_fio = fio.merge(runs.loc[runs["status"] == "ok", ["run_id", "cache"]], on="run_id")
+    ok_fio = ok_fio[ok_fio["cache"] == "cold"] if (ok_fio["cache"] == "cold").any() else ok_fio
+    ladder = (ok_fio.assign(mbps=ok_fio["read_bw_bytes_per_s"] / MB).groupby("job_name")["mbps"]
+              .agg(["mean", "std"]))
+    ladder = ladder.loc[_ordered_jobs(ladder.index)]
+    decode = data.groupby("cell", sort=False)["decode_dev_mbps"].agg(["mean", "std"])
+    labels = [f"fio {j}" for j in ladder.index] + [f"decode {c}" for c in decode.index]
+    means = list(ladder["mean"]) + list(decode["mean"])
+    sds = [0 if pd.isna(s) else s for s in list(ladder["std"]) + list(decode["std"])]
+    colors = ["0.6"] * len(ladder) + ["tab:blue"] * len(decode)
+    fig, ax = plt.subplots(figsize=(max(7, 0.7 * len(labels)), 4.5))
+    bars = ax.bar(range(len(labels)), means, yerr=sds, color=colors, capsize=3)
+    ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
+    ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=7)
+    ax.set_ylabel("read MB/s (mean ± sd)")
+    ax.set_title("device throughput while decoding vs fio on the same file (grey: fio ladder)", fontsize=9)
+    return _save(fig, out_dir, "decode_vs_fio", set_id, settings, runs)
+
+
+def baseline_cell(runs: pd.DataFrame, params: list[str], chosen: dict[str, Any] | None) -> dict[str, Any]:
+    """The experiment's ``baseline`` if given, else the first matrix cell in plan order."""
+    if chosen:
+        return dict(chosen)
+    first = runs.sort_values("index").iloc[0]
+    return {p: first[p] for p in params}
+
+
+def change_table(runs: pd.DataFrame, requests: pd.DataFrame, bench: pd.DataFrame, params: list[str],
+                 baseline: dict[str, Any]) -> pd.DataFrame:
+    """F4's numbers: per metric, cache condition and cell: mean, sd, change vs baseline ± sd."""
+    ok = runs.loc[runs["status"] == "ok", ["run_id", "round", "cache", *[p for p in params if p in runs]]]
+    frames = []
+    if not requests.empty and "decode_tps" in requests:
+        req = requests[["run_id", "decode_tps"]].merge(ok, on="run_id")
+        frames.append(("decode tok/s (server)", req, "decode_tps"))
+    if not bench.empty and "avg_tps" in bench:
+        b = bench[["run_id", "test", "avg_tps"]].merge(ok, on="run_id")
+        for test, group in b.groupby("test", sort=False):
+            frames.append((f"{test} tok/s (bench)", group, "avg_tps"))
+    out = []
+    for metric, frame, value in frames:
+        for cache, group in frame.groupby("cache", sort=False):
+            table = change_vs_baseline(group, value, [p for p in params if p in group], baseline)
+            if not table.empty:
+                out.append(table.assign(metric=metric, cache=cache))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def change_vs_baseline_figure(table: pd.DataFrame, params: list[str], out_dir: Path, set_id: str,
+                              settings: str, runs: pd.DataFrame) -> list[Path]:
+    """F4: one panel per metric; bars = change vs the baseline cell in %, error bars = sd over rounds."""
+    if table.empty or not params:
+        return []
+    metrics = list(dict.fromkeys(table["metric"]))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        sub = table[table["metric"] == metric].reset_index(drop=True)
+        labels = [cell_label(row, params) for _, row in sub.iterrows()]
+        colors = ["0.6" if b else "tab:blue" for b in sub["is_baseline"]]
+        bars = ax.bar(range(len(sub)), sub["change_pct"], yerr=sub["change_sd_pct"].fillna(0), color=colors,
+                      capsize=3)
+        ax.bar_label(bars, labels=[f"{m:.1f}" for m in sub["mean"]], fontsize=6, padding=2)
+        ax.axhline(0, color="0.3", lw=0.8)
+        ax.set_xticks(range(len(sub)), labels, rotation=40, ha="right", fontsize=6)
+        ax.set_ylabel("change vs baseline, % (mean ± sd over rounds)")
+        ax.set_title(metric, fontsize=9)
+    fig.suptitle("change vs the same-session baseline (grey); bar labels: mean tok/s", fontsize=9)
+    return _save(fig, out_dir, "change_vs_baseline", set_id, settings, runs)
