@@ -28,7 +28,10 @@ def _save(fig: Any, out_dir: Path, name: str, set_id: str, settings: str,
     """Footer and metadata; pass the runs the figure was made from so their board emulation shows."""
     note = emulation_note(runs)
     settings = f"{settings} · {note}" if note else settings
-    fig.text(0.01, 0.005, f"{set_id} · {settings}", fontsize=6, color="0.4", ha="left", va="bottom")
+    # the footer goes below everything already drawn (rotated tick labels reach under the axes)
+    fig.canvas.draw()
+    bottom = fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight()
+    fig.text(0.01, bottom - 0.01, f"{set_id} · {settings}", fontsize=6, color="0.4", ha="left", va="top")
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for ext in ("png", "svg"):

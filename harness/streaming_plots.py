@@ -124,7 +124,7 @@ def change_vs_baseline_figure(table: pd.DataFrame, params: list[str], out_dir: P
         ax.bar_label(bars, labels=[f"{m:.1f}" for m in sub["mean"]], fontsize=6, padding=2)
         ax.axhline(0, color="0.3", lw=0.8)
         ax.set_xticks(range(len(sub)), labels, rotation=40, ha="right", fontsize=6)
-        ax.set_ylabel("change vs baseline, % (mean ± sd over rounds)")
+        ax.set_ylabel("change vs baseline, % (± sd over rounds)")
         ax.set_title(metric, fontsize=9)
     fig.suptitle("change vs the same-session baseline (grey); bar labels: mean tok/s", fontsize=9)
     return _save(fig, out_dir, "change_vs_baseline", set_id, settings, runs)
