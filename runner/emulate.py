@@ -332,7 +332,10 @@ def repair():
     """
     if not os.path.exists(_state_path()):
         return None
-    fd = _lock(blocking=False)
+    try:
+        fd = _lock(blocking=False)
+    except OSError:
+        return None  # not allowed to (not root): it could not undo the settings anyway
     if fd is None:
         return None
     try:

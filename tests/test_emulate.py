@@ -275,3 +275,25 @@ def test_machine_without_controllers_refuses_and_runs_nothing(workdir: Path, nat
     assert "emulation refused" in subprocess.run(
         [sys.executable, "-m", "runner.emulate", "check", "--emulate", '{"memory_bytes": 1}'], cwd=REPO,
         env={**os.environ, "HARNESS_CGROUP_ROOT": str(empty)}, capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(not (shutil.which("setpriv") and os.path.exists("/usr/bin/python3")),
+                    reason="needs setpriv and a system python3 an unprivileged user can run")
+def test_unprivileged_runner_refuses_naming_what_needs_root(native_bin: str, files: dict) -> None:
+    workdir = BASE / f"nobody-{uuid.uuid4().hex[:8]}"  # /tmp/pytest-of-root is private to root
+    try:
+        workdir.mkdir(parents=True)
+        spec = make_spec(workdir, native_bin, files["small"], {"memory_bytes": 64 * MiB, "read_ahead_kb": 128},
+                         cache="none")
+        for path in (workdir, workdir / "runs", workdir / "runs" / "set", spec.parent):
+            path.chmod(0o777)
+        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                               "-m", "runner", "run", str(spec)], cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+        record = json.loads((spec.parent / "run.json").read_text())
+        assert record["status"] == "failed", done.stdout + done.stderr
+        assert record["error"].startswith("emulation refused") and "\n" not in record["error"]
+        assert "cannot create cgroups in" in record["error"] and "read_ahead_kb (needs root)" in record["error"]
+        assert not (spec.parent / "read.stdout").exists()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
