@@ -20,9 +20,9 @@ from typing import Any, Protocol
 from harness import emulation
 from harness.collectors import COLLECTORS, collector_configs
 from harness.collectors.platform import preflight as collector_preflight
-from harness.collectors.platform import preflight as collector_preflight
 from harness.config.target import Target
 from harness.errors import ExpectationError, TargetError, ToolMissingError
+from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.plan import Plan, PlannedRun
 from harness.platforms import runstate
 from harness.results.ingest import write_tables
@@ -61,9 +61,10 @@ class CampaignResult:
 
 class Campaign:
     def __init__(self, plan: Plan, targets: list[Target], results_dir: Path, *, scratch: str | None = None,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, lease_wait_s: float = DEFAULT_LEASE_WAIT_S) -> None:
         self.plan, self.targets, self.results_dir = plan, targets, results_dir
         self.scratch = scratch
+        self.lease_wait_s = lease_wait_s
         self.progress = progress or QuietProgress()
         loaded = plan.experiment
         self.experiment = loaded.experiment
@@ -107,13 +108,13 @@ class Campaign:
         sessions: list[TargetSession] = []
         try:
             for target in self.targets:
-                session = open_session(target)
+                # the board's lease comes first: nothing on a board changes while another campaign holds it
+                session = open_session(target, lease_for=self.set_id, lease_wait_s=self.lease_wait_s,
+                                       on_wait=self.progress.message)
                 sessions.append(session)
                 if hasattr(session.transport, "on_event"):  # remote transports report reconnects
                     session.transport.on_event = self.progress.message
                 facts = session.platform.probe(session, [], tools)
-                # a required collector that cannot run on this target stops here; optional ones are skipped
-                collector_preflight(target.name, self.collectors, facts, self.progress.message)
                 # a required collector that cannot run on this target stops here; optional ones are skipped
                 collector_preflight(target.name, self.collectors, facts, self.progress.message)
                 missing = [tool for tool in tools if not facts.get(f"tool_{tool}")]

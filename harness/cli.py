@@ -28,9 +28,9 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks for
 
 
 def _register() -> None:
-    from harness.commands import deploy, model, parse, plan, probe, report, results, run, targets
+    from harness.commands import deploy, lease, model, parse, plan, probe, report, results, run, targets
 
-    for module in (run, plan, targets, probe, report, parse, deploy, model):
+    for module in (run, plan, targets, probe, report, parse, deploy, model, lease):
         module.register(app)
     results.register(results_app)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ class TargetSession:
     runner_root: str  # the directory that holds the runner package on the target
     native_bin: str
     deployed: dict[str, Any] | None = None  # what harness.deploy pushed and built (for the manifest)
+    lease: Any = None  # harness.lease.Lease held on the board while this session lives
 
     @property
     def python(self) -> str:
@@ -36,7 +38,12 @@ class TargetSession:
         return self.target.workdir
 
     def close(self) -> None:
-        self.transport.close()
+        try:
+            if self.lease is not None:
+                self.lease.release()
+                self.lease = None
+        finally:
+            self.transport.close()
 
 
 def build_native_here() -> Path:
@@ -52,20 +59,31 @@ def build_native_here() -> Path:
     return NATIVE_DIR / "bin"
 
 
-def open_session(target: Target) -> TargetSession:
+def open_session(target: Target, *, lease_for: str | None = None, lease_wait_s: float = 0.0,
+                 on_wait: Callable[[str], None] | None = None) -> TargetSession:
+    """Connect; with ``lease_for`` (a campaign name) take the board's lease first, before anything
+    on the board changes (deploy included); then deploy the runner on remote targets."""
     transport = connect(target)
     platform = PLATFORMS[target.platform]
-    if target.transport_kind == "local":
-        # The local target runs the runner straight from this checkout: nothing to deploy.
-        native_bin = build_native_here()
-        return TargetSession(target, transport, platform, str(REPO_ROOT), str(native_bin))
-    # Remote targets get the runner pushed to <workdir>/runner and built there (skipped when unchanged).
-    from harness.deploy import deploy_runner
-
+    lease = None
     try:
+        if lease_for is not None:
+            from harness.lease import acquire
+
+            lease = acquire(transport, target_name=target.name, python=target.python, workdir=target.workdir,
+                            campaign=lease_for, wait_s=lease_wait_s, on_wait=on_wait)
+        if target.transport_kind == "local":
+            # The local target runs the runner straight from this checkout: nothing to deploy.
+            native_bin = build_native_here()
+            return TargetSession(target, transport, platform, str(REPO_ROOT), str(native_bin), lease=lease)
+        # Remote targets get the runner pushed to <workdir>/runner and built there (skipped when unchanged).
+        from harness.deploy import deploy_runner
+
         deployed = deploy_runner(transport, target.workdir, target_name=target.name)
     except BaseException:
+        if lease is not None:
+            lease.release()
         transport.close()
         raise
     return TargetSession(target, transport, platform, target.workdir, f"{target.workdir}/runner/native/bin",
-                         deployed=deployed)
+                         deployed=deployed, lease=lease)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,12 +126,12 @@ def test_detached_process_outlives_the_connection(board: Path, sshd: SshServer, 
         assert transport.reconnects >= 1
         transport.run(["touch", f"{workdir}/go"]).check()
         while transport.alive(pid):
-            pass
+            time.sleep(0.05)
         assert transport.read_file(f"{workdir}/d/log") == b"finished\n"
         victim = transport.start_detached(["sleep", "100"], cwd="/", log=f"{workdir}/e/log")
         transport.signal(victim, 9)
         while transport.alive(victim):
-            pass
+            time.sleep(0.05)
         assert not transport.alive(victim)
     finally:
         transport.close()

@@ -8,14 +8,18 @@ import typer
 
 from harness.commands.common import TargetsDirOpt, console
 from harness.config.target import load_targets, select_targets
+from harness.lease import DEFAULT_WAIT_S
 from harness.session import open_session
 
 
 def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
-           targets_dir: Path = TargetsDirOpt) -> None:
+           targets_dir: Path = TargetsDirOpt,
+           lease_wait: float = typer.Option(DEFAULT_WAIT_S, "--lease-wait", metavar="SECONDS",
+                                            help="how long to wait for a board another campaign holds")) -> None:
     """Push runner/ to each target's workdir and build it there; unchanged files are not sent again."""
     for chosen in select_targets(target, load_targets(targets_dir)):
-        session = open_session(chosen)
+        # under the board's lease: a campaign running there must not see its runner change
+        session = open_session(chosen, lease_for="deploy", lease_wait_s=lease_wait, on_wait=console.print)
         try:
             info = session.deployed
         finally:

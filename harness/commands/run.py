@@ -11,6 +11,7 @@ from harness.campaign import Campaign, CampaignResult
 from harness.commands.common import ResultsOpt, TargetsDirOpt, console, frame_table
 from harness.config.experiment import load_experiment
 from harness.config.target import load_targets, select_targets
+from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.plan import PlannedRun, build_plan
 from harness.report import fio_summary, read_summary
 from harness.results.loader import load_result_set
@@ -58,7 +59,10 @@ def run(experiment: Path = typer.Argument(..., help="experiment YAML"),
         target: list[str] = typer.Option(None, "--target", "-t", help="target name or tag:X (repeatable)"),
         results: Path = ResultsOpt,
         scratch: str = typer.Option(None, "--scratch", help="directory on the target for created data files"),
-        targets_dir: Path = TargetsDirOpt) -> None:
+        targets_dir: Path = TargetsDirOpt,
+        lease_wait: float = typer.Option(DEFAULT_LEASE_WAIT_S, "--lease-wait", metavar="SECONDS",
+                                         help="how long to wait for a board another campaign holds (0: fail at once)"),
+        ) -> None:
     """Run an experiment on its targets and write a result set."""
     loaded = load_experiment(experiment)
     chosen = select_targets(target or loaded.experiment.targets, load_targets(targets_dir), source=str(experiment))
@@ -66,7 +70,8 @@ def run(experiment: Path = typer.Argument(..., help="experiment YAML"),
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[run]}"))
     with Progress(*columns, console=console, transient=False) as progress:
-        campaign = Campaign(the_plan, chosen, results, scratch=scratch, progress=RichProgress(progress))
+        campaign = Campaign(the_plan, chosen, results, scratch=scratch, progress=RichProgress(progress),
+                            lease_wait_s=lease_wait)
         result = campaign.run()
     print_summary(result)
     if result.interrupted:

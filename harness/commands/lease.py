@@ -1,0 +1,55 @@
+"""``harness lease show|break TARGET``: who holds a board, and how to free it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from harness.commands.common import TargetsDirOpt, console
+from harness.config.target import Target, load_targets, select_targets
+from harness.lease import break_lease, describe, show
+from harness.transport import connect
+
+lease_app = typer.Typer(no_args_is_help=True, help="Board leases: who holds a board; break a stuck lease.")
+
+
+def _target(name: str, targets_dir: Path | None) -> Target:
+    (target,) = select_targets([name], load_targets(targets_dir))
+    return target
+
+
+@lease_app.command("show")
+def show_cmd(name: str = typer.Argument(..., metavar="TARGET"), targets_dir: Path = TargetsDirOpt) -> None:
+    """Show the lease on a board: holder, campaign, expiry, whether its holder process runs."""
+    target = _target(name, targets_dir)
+    transport = connect(target)
+    try:
+        state = show(transport, target.python, target.workdir)
+    finally:
+        transport.close()
+    lease = state.get("lease")
+    if not lease:
+        console.print(f"{name}: free")
+        return
+    alive = "holder running" if state.get("holder_alive") else "holder NOT running (stale record)"
+    console.print(f"{name}: leased by {describe(lease, state['now'])}; {alive}", highlight=False)
+
+
+@lease_app.command("break")
+def break_cmd(name: str = typer.Argument(..., metavar="TARGET"), targets_dir: Path = TargetsDirOpt) -> None:
+    """Stop the lease holder on a board and remove its record (the campaign holding it loses the board)."""
+    target = _target(name, targets_dir)
+    transport = connect(target)
+    try:
+        done = break_lease(transport, target.python, target.workdir)
+    finally:
+        transport.close()
+    if done.get("broken"):
+        console.print(f"{name}: broke the lease of {describe(done['broken'])}", highlight=False)
+    else:
+        console.print(f"{name}: no lease to break")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(lease_app, name="lease")

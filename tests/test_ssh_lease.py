@@ -1,0 +1,169 @@
+"""Board leases, on the local transport and over a real sshd: one campaign per board at a time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.config.target import load_target
+from harness.errors import TargetError
+from harness.lease import acquire, show
+from harness.transport.local import LocalTransport
+from harness.transport.ssh import SshTransport
+from tests.conftest import REPO, run_cli
+from tests.sshd import SshServer, sshd_unavailable
+
+EXPERIMENT = "name: leased\nfiles:\n  data: {create: 1M}\nsteps:\n  - read: {file: data}\n"
+
+
+@pytest.fixture()
+def workdir() -> Iterator[str]:
+    path = Path("/var/tmp/harness-lease-tests") / uuid.uuid4().hex[:8]
+    yield str(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture()
+def board(tmp_path: Path, workdir: str) -> Path:
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    (targets / "board.yaml").write_text(f"platform: linux\ntransport: local\nworkdir: {workdir}\n")
+    (tmp_path / "exp.yaml").write_text(EXPERIMENT)
+    return targets
+
+
+def _take(workdir: str, campaign: str, **kwargs: float):  # noqa: ANN202
+    return acquire(LocalTransport(), target_name="board", python=sys.executable, workdir=workdir, campaign=campaign,
+                   **kwargs)
+
+
+def _holder_busy_answers(workdir: str) -> int:
+    return sum("busy" in p.read_text() for p in Path(workdir, ".lease").glob("holder.*.log"))
+
+
+def test_second_campaign_fails_saying_who_holds_the_board(board: Path, tmp_path: Path, workdir: str) -> None:
+    lease = _take(workdir, "first-campaign")
+    try:
+        done = run_cli("run", str(tmp_path / "exp.yaml"), "--target", "board", "--targets-dir", str(board),
+                       "--results", str(tmp_path / "r"), "--lease-wait", "0")
+        assert done.returncode == 1
+        assert "target board is leased by" in done.stderr and "campaign first-campaign" in done.stderr
+        assert "harness lease show board" in done.stderr
+        assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())  # no set was started
+        shown = run_cli("lease", "show", "board", "--targets-dir", str(board))
+        assert "leased by" in shown.stdout and "first-campaign" in shown.stdout and "holder running" in shown.stdout
+    finally:
+        lease.release()
+    assert "free" in run_cli("lease", "show", "board", "--targets-dir", str(board)).stdout
+
+
+def test_second_campaign_waits_for_the_lease_then_runs(board: Path, tmp_path: Path, workdir: str) -> None:
+    lease = _take(workdir, "first-campaign")
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(tmp_path / "exp.yaml"), "--target", "board",
+                             "--targets-dir", str(board), "--results", str(tmp_path / "r"), "--lease-wait", "600"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while _holder_busy_answers(workdir) == 0:  # the second controller found the board taken
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+        lease.release()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        lease.release()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out + err
+    assert "waiting up to 600 s for the lease held by" in out and "first-campaign" in out
+    assert show(LocalTransport(), sys.executable, workdir)["lease"] is None  # released at the end
+
+
+def test_expired_lease_is_taken_over_and_old_release_leaves_it(workdir: str) -> None:
+    first = _take(workdir, "hung", ttl_s=1.0)
+    first._stop.set()  # no more heartbeats ...
+    os.kill(first.holder_pid, signal.SIGSTOP)  # ... and a holder that hangs instead of letting go
+    try:
+        while not show(LocalTransport(), sys.executable, workdir).get("expired"):
+            time.sleep(0.1)
+        second = _take(workdir, "second", wait_s=0)
+        try:
+            state = show(LocalTransport(), sys.executable, workdir)
+            assert state["lease"]["campaign"] == "second" and state["holder_alive"]
+            first.release()  # the old owner's release must not remove the new lease
+            state = show(LocalTransport(), sys.executable, workdir)
+            assert state["lease"]["campaign"] == "second" and state["holder_alive"]
+        finally:
+            second.release()
+    finally:
+        try:
+            os.kill(first.holder_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert show(LocalTransport(), sys.executable, workdir)["lease"] is None
+
+
+def test_dead_holder_frees_the_board(workdir: str) -> None:
+    first = _take(workdir, "crashed")
+    first._stop.set()
+    os.kill(first.holder_pid, signal.SIGKILL)  # the kernel drops the flock with the process
+    second = _take(workdir, "next", wait_s=0)
+    second.release()
+
+
+def test_lease_break_frees_a_held_board(board: Path, workdir: str) -> None:
+    lease = _take(workdir, "stuck")
+    try:
+        broken = run_cli("lease", "break", "board", "--targets-dir", str(board))
+        assert broken.returncode == 0 and "broke the lease of" in broken.stdout and "stuck" in broken.stdout
+        assert show(LocalTransport(), sys.executable, workdir)["lease"] is None
+        again = _take(workdir, "after", wait_s=0)
+        again.release()
+    finally:
+        lease.release()
+    assert "no lease to break" in run_cli("lease", "break", "board", "--targets-dir", str(board)).stdout
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    reason = sshd_unavailable()
+    if reason:
+        pytest.skip(reason)
+    server = SshServer(tmp_path_factory.mktemp("sshd")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_lease_over_ssh_blocks_a_second_controller(sshd: SshServer, tmp_path: Path, workdir: str) -> None:
+    targets = tmp_path / "targets"
+    sshd.write_target(targets, "remote", workdir=workdir)
+    (tmp_path / "exp.yaml").write_text(EXPERIMENT)
+    target = load_target(targets / "remote.yaml")
+    transport = SshTransport(target)
+    lease = acquire(transport, target_name="remote", python="python3", workdir=workdir, campaign="ssh-holder")
+    try:
+        with pytest.raises(TargetError, match="leased by .*campaign ssh-holder"):
+            acquire(SshTransport(target), target_name="remote", python="python3", workdir=workdir, campaign="x",
+                    wait_s=0)
+        done = run_cli("deploy", "remote", "--targets-dir", str(targets), "--lease-wait", "0")
+        assert done.returncode == 1 and "target remote is leased by" in done.stderr
+        shown = run_cli("lease", "show", "remote", "--targets-dir", str(targets))
+        assert "ssh-holder" in shown.stdout and "holder running" in shown.stdout
+    finally:
+        lease.release()
+        transport.close()
+    done = run_cli("run", str(tmp_path / "exp.yaml"), "--target", "remote", "--targets-dir", str(targets),
+                   "--results", str(tmp_path / "r"), "--lease-wait", "0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "free" in run_cli("lease", "show", "remote", "--targets-dir", str(targets)).stdout
