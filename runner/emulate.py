@@ -23,34 +23,27 @@ and ``read_ahead_kb``, each optional. For one run:
 - What the machine does not allow is a refusal (EmulationError naming what is missing), never a
   silently unemulated run.
 
-Paths go through ``HARNESS_CGROUP_ROOT`` (default /sys/fs/cgroup) so a test can point it at an empty
-directory to play a machine without the controllers.
+The cgroup file formats (v1 and v2) live in ``runner/cgroup.py``.
 """
 
 import errno
 import fcntl
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
 
-from runner import probe
+from runner import cgroup, probe
+from runner.cgroup import read, to_int, write
 
 KEYS = ("memory_bytes", "read_bytes_per_s", "read_iops", "read_ahead_kb")
-PARENT = "harness"
 LOCK_WAIT_S = 3600.0  # another emulated run on this machine: wait for it rather than disturb it
 GRACE_S = 2.0  # after the agent stopped the step's process groups, before SIGKILL of what is left
-KILL_WAIT_S = 10.0
 
 
 class EmulationError(Exception):
     """The machine does not allow the requested emulation; the run is refused."""
-
-
-def cgroup_root():
-    return os.environ.get("HARNESS_CGROUP_ROOT", "/sys/fs/cgroup")
 
 
 def state_dir():
@@ -58,84 +51,6 @@ def state_dir():
     if configured:
         return configured
     return "/run/harness" if os.path.isdir("/run") else os.path.join(tempfile.gettempdir(), "harness-state")
-
-
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
-
-
-def _write(path, value):
-    # one write() per value: cgroup and sysfs files take a whole value per write call
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, str(value).encode())
-    finally:
-        os.close(fd)
-
-
-def _int(text):
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return None
-
-
-def _keyed(text, sep=" "):
-    """'key value' lines (memory.stat, memory.events, oom_control) -> dict of ints."""
-    out = {}
-    for line in (text or "").splitlines():
-        key, _, value = line.partition(sep)
-        if _int(value.strip()) is not None:
-            out[key.strip()] = int(value.strip())
-    return out
-
-
-def own_cgroup(controller):
-    """This process's cgroup path in the v1 hierarchy holding ``controller`` (e.g. '/process_api/x')."""
-    for line in (_read("/proc/self/cgroup") or "").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3 and controller in parts[1].split(","):
-            return parts[2].rstrip("/")
-    return ""
-
-
-def _v2_roots(root):
-    """Mount points of the unified hierarchy: pure v2 at the root, hybrid at root/unified."""
-    return [path for path in (root, os.path.join(root, "unified"))
-            if os.path.exists(os.path.join(path, "cgroup.controllers"))]
-
-
-def detect(root=None):
-    """Where each resource can be limited: {'memory': ('v2'|'v1', hierarchy dir), 'io': (...)}."""
-    root = root or cgroup_root()
-    found = {}
-    for v2 in _v2_roots(root):
-        controllers = (_read(os.path.join(v2, "cgroup.controllers")) or "").split()
-        for name in ("memory", "io"):
-            if name in controllers and name not in found:
-                found[name] = ("v2", v2)
-    if "memory" not in found and os.path.exists(os.path.join(root, "memory", "memory.limit_in_bytes")):
-        found["memory"] = ("v1", os.path.join(root, "memory"))
-    if "io" not in found and os.path.exists(os.path.join(root, "blkio", "blkio.throttle.read_bps_device")):
-        found["io"] = ("v1", os.path.join(root, "blkio"))
-    return found
-
-
-def _parent_dir(version, hierarchy, resource):
-    """Where the per-run cgroups are made.
-
-    v1: under the runner's own cgroup, so limits set on whatever started the runner still bound the
-    step (nesting is free in v1). v2: at the root of the hierarchy, because a v2 cgroup that holds
-    processes (a login session, a service) cannot hand controllers to children.
-    """
-    if version == "v2":
-        return os.path.join(hierarchy, PARENT)
-    own = own_cgroup("memory" if resource == "memory" else "blkio")
-    return hierarchy + own + "/" + PARENT
 
 
 def _block(device, rel):
@@ -146,42 +61,50 @@ def _requested(spec):
     return dict((k, spec.get(k)) for k in KEYS if spec.get(k) is not None)
 
 
+def _resources(wanted):
+    """The cgroup resources ``wanted`` needs: memory and/or io."""
+    out = []
+    if "memory_bytes" in wanted:
+        out.append("memory")
+    if "read_bytes_per_s" in wanted or "read_iops" in wanted:
+        out.append("io")
+    return out
+
+
+def _nearest_existing(path):
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
 def check(spec, device):
     """What is missing for ``spec`` on this machine, as short phrases (empty: all is possible)."""
     wanted = _requested(spec or {})
+    resources = _resources(wanted)
     missing = []
-    found = detect()
-    root = cgroup_root()
-    needs = [("memory", "memory_bytes" in wanted), ("io", "read_bytes_per_s" in wanted or "read_iops" in wanted)]
-    for resource, needed in needs:
-        if not needed:
-            continue
+    found = cgroup.detect()
+    for resource in resources:
         if resource not in found:
             what = ("memory controller (no v2 memory.max, no v1 memory.limit_in_bytes)" if resource == "memory"
                     else "blkio/io controller (no v2 io.max, no v1 blkio.throttle.read_bps_device)")
-            missing.append("no cgroup %s under %s" % (what, root))
+            missing.append("no cgroup %s under %s" % (what, cgroup.cgroup_root()))
             continue
-        version, hierarchy = found[resource]
-        parent = _parent_dir(version, hierarchy, resource)
-        existing = parent if os.path.isdir(parent) else os.path.dirname(parent)
+        existing = _nearest_existing(cgroup.parent_dir(found[resource][0], found[resource][1], resource))
         if not os.access(existing, os.W_OK):
             missing.append("cannot create cgroups in %s (needs root)" % existing)
-    if ("io" in [n for n, needed in needs if needed] or "read_ahead_kb" in wanted) and not device:
+    if ("io" in resources or "read_ahead_kb" in wanted) and not device:
         missing.append("no block device known for the run's files (set block_device in the target)")
     elif device:
-        if "io" in [n for n, needed in needs if needed] and _read(_block(device, "dev")) is None:
+        if "io" in resources and read(_block(device, "dev")) is None:
             missing.append("no %s (block device %s unknown)" % (_block(device, "dev"), device))
         if "read_ahead_kb" in wanted:
             path = _block(device, "queue/read_ahead_kb")
-            if _read(path) is None:
+            if read(path) is None:
                 missing.append("no %s" % path)
             elif not os.access(path, os.W_OK):
                 missing.append("cannot write %s (needs root)" % path)
-    if wanted:
-        state = state_dir()
-        existing = state if os.path.isdir(state) else os.path.dirname(state)
-        if not os.access(existing, os.W_OK):
-            missing.append("cannot write the emulation state directory %s" % state)
+    if wanted and not os.access(_nearest_existing(state_dir()), os.W_OK):
+        missing.append("cannot write the emulation state directory %s" % state_dir())
     return missing
 
 
@@ -231,73 +154,12 @@ def _save_state(state):
     os.replace(tmp, _state_path())
 
 
-def _procs(cgroup_dir):
-    return [int(p) for p in (_read(os.path.join(cgroup_dir, "cgroup.procs")) or "").split() if p.isdigit()]
-
-
-def _drain(cgroup_dir, grace_s):
-    """Wait for the cgroup to empty; after ``grace_s`` SIGKILL by pid whatever is still in it.
-
-    Only the run's processes are ever put in it, so anything left there is the run's: a child that
-    left the step's process group, or one whose parent died. Returns (killed pids, problem or None).
-    """
-    start = time.monotonic()
-    killed = []
-    while True:
-        pids = _procs(cgroup_dir)
-        if not pids:
-            return killed, None
-        waited = time.monotonic() - start
-        if waited > grace_s + KILL_WAIT_S:
-            return killed, "cgroup %s still holds pids %s" % (cgroup_dir, pids)
-        if waited > grace_s:
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    continue
-                if pid not in killed:
-                    killed.append(pid)
-        time.sleep(0.05)
-
-
-def _empty_and_remove(cgroup_dir, grace_s=GRACE_S):
-    """Drain the cgroup and rmdir it (and harness/ when that is empty); a problem as text, or None."""
-    if not os.path.isdir(cgroup_dir):
-        return None
-    killed, problem = _drain(cgroup_dir, grace_s)
-    if problem:
-        return problem
-    for _attempt in range(50):
-        try:
-            os.rmdir(cgroup_dir)
-            _remove_parent_if_empty(cgroup_dir)
-            return "killed leftover pids %s" % killed if killed else None
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                return None
-            if exc.errno != errno.EBUSY:
-                return "cannot remove %s: %s" % (cgroup_dir, exc.strerror)
-        time.sleep(0.1)
-    return "cannot remove %s: still busy" % cgroup_dir
-
-
-def _remove_parent_if_empty(cgroup_dir):
-    """harness/ goes too once its last run is gone: nothing of ours stays in someone else's cgroup."""
-    parent = os.path.dirname(cgroup_dir)
-    if os.path.basename(parent) == PARENT:
-        try:
-            os.rmdir(parent)
-        except OSError:
-            pass  # another run's cgroup is still in it
-
-
 def _restore_read_ahead(state):
     saved = state.get("read_ahead")
-    if not saved:
+    if not saved or saved.get("original") is None:
         return None
-    _write(saved["path"], saved["original"])
-    now = _read(saved["path"])
+    write(saved["path"], saved["original"])
+    now = read(saved["path"])
     if now != str(saved["original"]):
         raise OSError("read_ahead_kb reads %s after restoring %s" % (now, saved["original"]))
     return now
@@ -305,7 +167,7 @@ def _restore_read_ahead(state):
 
 def _repair_locked():
     """With the lock held: undo what the state file says a dead runner left changed."""
-    state_text = _read(_state_path())
+    state_text = read(_state_path())
     if state_text is None:
         return None
     try:
@@ -317,7 +179,7 @@ def _repair_locked():
     if state.get("read_ahead"):
         done["read_ahead_kb_restored"] = _restore_read_ahead(state)
         done["read_ahead_kb_path"] = state["read_ahead"]["path"]
-    problems = [p for p in (_empty_and_remove(d, grace_s=0.0) for d in state.get("cgroups", [])) if p]
+    problems = [p for p in (cgroup.remove(d, grace_s=0.0) for d in state.get("cgroups", [])) if p]
     if problems:
         done["cgroup_problems"] = problems
     done["cgroups_removed"] = state.get("cgroups", [])
@@ -340,6 +202,8 @@ def repair():
         return None
     try:
         return _repair_locked()
+    except OSError as exc:  # recorded in run.json; the state file stays for another attempt
+        return {"error": "repair failed: %s" % exc}
     finally:
         _unlock(fd)
 
@@ -353,12 +217,11 @@ class Emulation:
         self.wanted = _requested(self.spec)
         self.active = bool(self.wanted)
         self.run_id, self.device = run_id, device
-        self.dirs = {}  # resource -> cgroup dir
+        self.dirs = {}  # resource -> cgroup dir (one dir serves both on v2)
         self.lock_fd = None
         self.state = None
         self.record = {"requested": dict(self.spec.get("requested") or {}), "settings": dict(self.wanted)}
 
-    # -- setup
     def setup(self):
         if not self.active:
             return None
@@ -371,150 +234,61 @@ class Emulation:
         leftover = _repair_locked()  # a runner that died while we waited for its lock
         if leftover:
             self.record["repaired"] = leftover
-        found = detect()
-        plan = {}
-        if "memory_bytes" in self.wanted:
-            plan["memory"] = found["memory"]
-        if "read_bytes_per_s" in self.wanted or "read_iops" in self.wanted:
-            plan["io"] = found["io"]
+        found = cgroup.detect()
+        plan = dict((resource, found[resource]) for resource in _resources(self.wanted))
         for resource, (version, hierarchy) in plan.items():
-            self.dirs[resource] = os.path.join(_parent_dir(version, hierarchy, resource), self.run_id)
+            self.dirs[resource] = os.path.join(cgroup.parent_dir(version, hierarchy, resource), self.run_id)
         # written before anything changes, so a runner killed from here on can be repaired
         self.state = {"pid": os.getpid(), "run_id": self.run_id, "cgroups": sorted(set(self.dirs.values()))}
         if "read_ahead_kb" in self.wanted:
             path = _block(self.device, "queue/read_ahead_kb")
-            self.state["read_ahead"] = {"path": path, "original": _read(path)}
+            self.state["read_ahead"] = {"path": path, "original": read(path)}
         _save_state(self.state)
         self.record["backend"] = dict((r, v) for r, (v, _h) in plan.items())
         self.record["cgroups"] = dict(self.dirs)
-        effective = {}
         try:
-            for resource, (version, hierarchy) in plan.items():
-                self._make(version, hierarchy, resource)
-                effective.update(self._limit(version, resource))
-            if "read_ahead_kb" in self.wanted:
-                path = self.state["read_ahead"]["path"]
-                self.record["read_ahead_kb_original"] = _int(self.state["read_ahead"]["original"])
-                _write(path, self.wanted["read_ahead_kb"])
-                effective["read_ahead_kb"] = _int(_read(path))
+            self.record["effective"] = self._apply(plan)
         except OSError as exc:
             raise EmulationError("emulation setup failed: %s" % exc) from None
-        self.record["effective"] = effective
         return self.record
 
-    def _make(self, version, hierarchy, resource):
-        parent = os.path.dirname(self.dirs[resource])
-        if not os.path.isdir(parent):
-            os.makedirs(parent)
-        if version == "v2":
-            control = "+memory" if resource == "memory" else "+io"
-            for where in (hierarchy, parent):  # the root and harness/ pass the controller down
-                current = (_read(os.path.join(where, "cgroup.subtree_control")) or "").split()
-                if control[1:] not in current:
-                    _write(os.path.join(where, "cgroup.subtree_control"), control)
-        if os.path.isdir(self.dirs[resource]):
-            problem = _empty_and_remove(self.dirs[resource], grace_s=0.0)
-            if problem:
-                raise OSError(problem)
-        if not os.path.isdir(self.dirs[resource]):  # one dir serves memory and io on v2
-            os.mkdir(self.dirs[resource])
+    def _apply(self, plan):
+        """Make the cgroups, write the limits; return what the kernel reports back (rounded, as enforced)."""
+        effective = {}
+        for path in sorted(set(self.dirs.values())):
+            users = [r for r in plan if self.dirs[r] == path]
+            version, hierarchy = plan[users[0]]
+            cgroup.make(version, hierarchy, path, users)
+        if "memory" in plan:
+            effective.update(cgroup.set_memory(self.dirs["memory"], int(self.wanted["memory_bytes"])))
+        if "io" in plan:
+            majmin = read(_block(self.device, "dev"))
+            self.record["device"] = {"name": self.device, "majmin": majmin}
+            effective.update(cgroup.set_io(self.dirs["io"], majmin, self.wanted.get("read_bytes_per_s"),
+                                           self.wanted.get("read_iops")))
+        if "read_ahead_kb" in self.wanted:
+            path = self.state["read_ahead"]["path"]
+            self.record["read_ahead_kb_original"] = to_int(self.state["read_ahead"]["original"])
+            write(path, self.wanted["read_ahead_kb"])
+            effective["read_ahead_kb"] = to_int(read(path))
+        return effective
 
-    def _limit(self, version, resource):
-        """Write the limits, return the values the kernel reports back (rounded, as enforced)."""
-        cg = self.dirs[resource]
-        out = {}
-        if resource == "memory":
-            limit = int(self.wanted["memory_bytes"])
-            if version == "v1":
-                _write(os.path.join(cg, "memory.limit_in_bytes"), limit)  # before memsw: memsw >= limit
-                out["memory_bytes"] = _int(_read(os.path.join(cg, "memory.limit_in_bytes")))
-                memsw = os.path.join(cg, "memory.memsw.limit_in_bytes")
-                if os.path.exists(memsw):
-                    _write(memsw, limit)
-                    out["memory_swap_bytes"] = _int(_read(memsw)) - out["memory_bytes"]
-            else:
-                _write(os.path.join(cg, "memory.max"), limit)
-                out["memory_bytes"] = _int(_read(os.path.join(cg, "memory.max")))
-                if os.path.exists(os.path.join(cg, "memory.swap.max")):
-                    _write(os.path.join(cg, "memory.swap.max"), 0)
-                    out["memory_swap_bytes"] = _int(_read(os.path.join(cg, "memory.swap.max")))
-            return out
-        majmin = _read(_block(self.device, "dev"))
-        self.record["device"] = {"name": self.device, "majmin": majmin}
-        bps, iops = self.wanted.get("read_bytes_per_s"), self.wanted.get("read_iops")
-        if version == "v1":
-            for key, value, name in (("read_bytes_per_s", bps, "read_bps_device"),
-                                     ("read_iops", iops, "read_iops_device")):
-                if value is not None:
-                    path = os.path.join(cg, "blkio.throttle." + name)
-                    _write(path, "%s %d" % (majmin, int(value)))
-                    out[key] = _keyed(_read(path)).get(majmin)
-        else:
-            parts = [majmin] + (["rbps=%d" % int(bps)] if bps is not None else []) + \
-                    (["riops=%d" % int(iops)] if iops is not None else [])
-            _write(os.path.join(cg, "io.max"), " ".join(parts))
-            for line in (_read(os.path.join(cg, "io.max")) or "").splitlines():
-                fields = line.split()
-                if fields and fields[0] == majmin:
-                    values = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
-                    if bps is not None:
-                        out["read_bytes_per_s"] = _int(values.get("rbps"))
-                    if iops is not None:
-                        out["read_iops"] = _int(values.get("riops"))
-        return out
-
-    # -- in the child, between fork and exec
     def enter(self):
-        """Popen preexec_fn: move this (child) process into the run's cgroups before it execs."""
-        pid = str(os.getpid()).encode()
-        for cgroup_dir in sorted(set(self.dirs.values())):
-            fd = os.open(os.path.join(cgroup_dir, "cgroup.procs"), os.O_WRONLY)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
+        """In the child between fork and exec: join the run's cgroups, so all it touches is charged there."""
+        cgroup.enter(sorted(set(self.dirs.values())))
 
     def note_before_step(self):
         """What the step really got: read back just before it starts."""
         if "read_ahead_kb" in self.wanted and self.state:
-            self.record["read_ahead_kb_seen"] = _int(_read(self.state["read_ahead"]["path"]))
+            self.record["read_ahead_kb_seen"] = to_int(read(self.state["read_ahead"]["path"]))
 
-    # -- teardown
     def stats(self):
         out = {}
-        memory = self.dirs.get("memory")
-        if memory and os.path.isdir(memory):
-            if os.path.exists(os.path.join(memory, "memory.limit_in_bytes")):  # v1
-                out["memory_peak_bytes"] = _int(_read(os.path.join(memory, "memory.max_usage_in_bytes")))
-                out["memory_failcnt"] = _int(_read(os.path.join(memory, "memory.failcnt")))
-                stat = _keyed(_read(os.path.join(memory, "memory.stat")))
-                out["pgmajfault"] = stat.get("total_pgmajfault", stat.get("pgmajfault"))
-                out["cache_bytes"] = stat.get("total_cache", stat.get("cache"))
-                out["rss_bytes"] = stat.get("total_rss", stat.get("rss"))
-                out["oom_kill"] = _keyed(_read(os.path.join(memory, "memory.oom_control"))).get("oom_kill")
-            else:  # v2
-                out["memory_peak_bytes"] = _int(_read(os.path.join(memory, "memory.peak")))
-                events = _keyed(_read(os.path.join(memory, "memory.events")))
-                out["memory_failcnt"] = events.get("max")
-                out["oom_kill"] = events.get("oom_kill")
-                stat = _keyed(_read(os.path.join(memory, "memory.stat")))
-                out["pgmajfault"], out["cache_bytes"], out["rss_bytes"] = (stat.get("pgmajfault"), stat.get("file"),
-                                                                           stat.get("anon"))
-        io = self.dirs.get("io")
+        if "memory" in self.dirs and os.path.isdir(self.dirs["memory"]):
+            out.update(cgroup.memory_stats(self.dirs["memory"]))
         majmin = (self.record.get("device") or {}).get("majmin")
-        if io and os.path.isdir(io) and majmin:
-            if os.path.exists(os.path.join(io, "blkio.throttle.io_service_bytes")):  # v1
-                for key, name in (("io_read_bytes", "io_service_bytes"), ("io_read_ios", "io_serviced")):
-                    for line in (_read(os.path.join(io, "blkio.throttle." + name)) or "").splitlines():
-                        fields = line.split()
-                        if len(fields) == 3 and fields[0] == majmin and fields[1] == "Read":
-                            out[key] = _int(fields[2])
-            else:
-                for line in (_read(os.path.join(io, "io.stat")) or "").splitlines():
-                    fields = line.split()
-                    if fields and fields[0] == majmin:
-                        values = dict(f.split("=", 1) for f in fields[1:] if "=" in f)
-                        out["io_read_bytes"], out["io_read_ios"] = _int(values.get("rbytes")), _int(values.get("rios"))
+        if "io" in self.dirs and os.path.isdir(self.dirs["io"]) and majmin:
+            out.update(cgroup.io_stats(self.dirs["io"], majmin))
         return out
 
     def teardown(self):
@@ -537,34 +311,35 @@ class Emulation:
         return self.record
 
     def _undo(self, errors):
-        if self.state is not None:
-            for cgroup_dir in sorted(set(self.dirs.values())):
-                killed, problem = _drain(cgroup_dir, GRACE_S)  # stats once every process is gone
-                if killed:
-                    errors.append("killed pids %s left in %s after the step" % (killed, cgroup_dir))
+        if self.state is None:
+            return
+        paths = sorted(set(self.dirs.values()))
+        for path in paths:
+            killed, _problem = cgroup.drain(path, GRACE_S)  # stats once every process is gone
+            if killed:
+                errors.append("killed pids %s left in %s after the step" % (killed, path))
+        try:
+            self.record["stats"] = self.stats()
+        except Exception as exc:  # noqa: BLE001 - the cgroups must go even if a stat file is odd
+            errors.append("stats: %r" % exc)
+        for path in paths:
+            problem = cgroup.remove(path, GRACE_S)
+            if problem:
+                errors.append(problem)
+        removed = not any(os.path.isdir(path) for path in paths)
+        self.record["cgroups_removed"] = removed
+        restored = True
+        if self.state.get("read_ahead"):
             try:
-                self.record["stats"] = self.stats()
-            except Exception as exc:  # noqa: BLE001 - the cgroups must go even if a stat file is odd
-                errors.append("stats: %r" % exc)
-            removed = True
-            for cgroup_dir in sorted(set(self.dirs.values())):
-                problem = _empty_and_remove(cgroup_dir)
-                if problem:
-                    errors.append(problem)
-                removed = removed and not os.path.isdir(cgroup_dir)
-            self.record["cgroups_removed"] = removed
-            restored = True
-            if self.state.get("read_ahead"):
-                try:
-                    self.record["read_ahead_kb_restored"] = _int(_restore_read_ahead(self.state))
-                except OSError as exc:
-                    restored = False
-                    errors.append("read_ahead_kb not restored: %s" % exc)
-            if removed and restored:
-                try:
-                    os.remove(_state_path())
-                except OSError as exc:
-                    errors.append("state file: %s" % exc)
+                self.record["read_ahead_kb_restored"] = to_int(_restore_read_ahead(self.state))
+            except OSError as exc:
+                restored = False
+                errors.append("read_ahead_kb not restored: %s" % exc)
+        if removed and restored:
+            try:
+                os.remove(_state_path())
+            except OSError as exc:
+                errors.append("state file: %s" % exc)
 
 
 def main(argv=None):
@@ -580,17 +355,13 @@ def main(argv=None):
     check_p.add_argument("--file", action="append", default=[])
     args = parser.parse_args(argv)
     wanted = json.loads(args.emulate)
-    paths = []
-    for path in args.file:  # files to be created later: their nearest existing directory tells the disk
-        while path and not os.path.exists(path) and os.path.dirname(path) != path:
-            path = os.path.dirname(path)
-        paths.append(path)
-    device = probe.resolve_block_device(args.block_device, paths)
+    # files to be created later: their nearest existing directory tells the disk
+    device = probe.resolve_block_device(args.block_device, [_nearest_existing(p) for p in args.file])
     missing = check(wanted, device)
     if missing:
         print(refusal(missing))
         return 1
-    print(json.dumps({"ok": True, "device": device, "backends": dict((k, v[0]) for k, v in detect().items())}))
+    print(json.dumps({"ok": True, "device": device, "backends": dict((k, v[0]) for k, v in cgroup.detect().items())}))
     return 0
 
 

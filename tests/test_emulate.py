@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from runner import emulate, probe
+from runner import cgroup, emulate, probe
 from runner.util import make_data_file
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and read_ahead_kb need root"),
-              pytest.mark.skipif("memory" not in emulate.detect() or "io" not in emulate.detect(),
+              pytest.mark.skipif("memory" not in cgroup.detect() or "io" not in cgroup.detect(),
                                  reason="no writable cgroup memory and io controllers on this machine")]
 
 MiB = 1 << 20
@@ -70,8 +70,8 @@ def _processes_mentioning(text: str) -> list[str]:
 
 def _harness_cgroups_mentioning(text: str) -> list[str]:
     found = []
-    for _resource, (version, hierarchy) in emulate.detect().items():
-        for parent in {emulate._parent_dir(version, hierarchy, r) for r in ("memory", "io")}:
+    for _resource, (version, hierarchy) in cgroup.detect().items():
+        for parent in {cgroup.parent_dir(version, hierarchy, r) for r in ("memory", "io")}:
             if os.path.isdir(parent):
                 found += [os.path.join(parent, d) for d in os.listdir(parent) if text in d]
     return found

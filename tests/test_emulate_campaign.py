@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from harness.results.loader import load_result_set
-from runner import emulate
+from runner import cgroup
 from tests.conftest import run_cli
 
 MiB = 1 << 20
-needs_cgroups = pytest.mark.skipif(os.geteuid() != 0 or "memory" not in emulate.detect() or "io" not in
-                                   emulate.detect(), reason="needs root and cgroup memory and io controllers")
+needs_cgroups = pytest.mark.skipif(os.geteuid() != 0 or "memory" not in cgroup.detect() or "io" not in
+                                   cgroup.detect(), reason="needs root and cgroup memory and io controllers")
 
 
 def experiment(tmp_path: Path, emulate_block: str, matrix: str = "{}") -> Path:
