@@ -300,8 +300,11 @@ class Campaign:
             died = self._wait_done(session, remote_dir, pid, spec)
         except KeyboardInterrupt:
             self._stop_runner(session, remote_dir, pid)
+            emulation.repair(session, spec, self.progress.message)  # in case it had to be SIGKILLed
             self._pull(session, writer, run, remote_dir, default_status="interrupted")
             raise
+        if died:
+            emulation.repair(session, spec, self.progress.message)  # read_ahead_kb, cgroup: restored now
         self._pull(session, writer, run, remote_dir, default_status="failed" if died else "unknown")
 
     def _wait_done(self, session: TargetSession, remote_dir: str, pid: int, spec: dict[str, Any]) -> bool:

@@ -99,6 +99,22 @@ def preflight(session: Any, experiment: Any, doc: YamlDoc, paths: list[str]) -> 
         raise EmulationError(f"target {session.target.name}: {text.splitlines()[-1] if text else 'check failed'}")
 
 
+def repair(session: Any, spec: dict[str, Any], say: Any) -> None:
+    """After a runner died (killed, crashed) in an emulated run: restore read_ahead_kb and remove its
+    cgroup now, rather than whenever the next runner starts on that machine."""
+    if not spec.get("emulate"):
+        return
+    try:
+        done = session.transport.run([session.python, "-m", "runner.emulate", "repair"], cwd=session.runner_root,
+                                     timeout=60)
+    except TargetError as exc:
+        say(f"{session.target.name}: emulation repair failed ({exc}); the next run on it repairs")
+        return
+    text = done.stdout.decode(errors="replace").strip()
+    if done.returncode != 0 or text not in ("", "null"):
+        say(f"{session.target.name}: undid the emulation a dead runner left: {text or done.stderr.decode()[-200:]}")
+
+
 def _cells(experiment: Any) -> list[dict[str, Any]]:
     from harness.plan import matrix_cells
 

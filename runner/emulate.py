@@ -344,7 +344,8 @@ class Emulation:
 
 def main(argv=None):
     """``python3 -m runner.emulate check --emulate JSON [--block-device D] [--file F]...``: the
-    controller's preflight. Prints one line and exits 1 when the machine cannot emulate."""
+    controller's preflight; prints one line and exits 1 when the machine cannot emulate.
+    ``python3 -m runner.emulate repair``: the controller's clean-up after a runner died."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="runner.emulate")
@@ -353,7 +354,11 @@ def main(argv=None):
     check_p.add_argument("--emulate", required=True, help="JSON: which of %s are wanted" % ", ".join(KEYS))
     check_p.add_argument("--block-device", default="auto")
     check_p.add_argument("--file", action="append", default=[])
+    sub.add_parser("repair", help="undo what a runner that died mid-run left changed; prints what (or null)")
     args = parser.parse_args(argv)
+    if args.command == "repair":
+        print(json.dumps(repair()))
+        return 0
     wanted = json.loads(args.emulate)
     # files to be created later: their nearest existing directory tells the disk
     device = probe.resolve_block_device(args.block_device, [_nearest_existing(p) for p in args.file])

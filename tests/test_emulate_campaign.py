@@ -3,15 +3,22 @@ emulation showing up in run.json, the runs table and the figures."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from harness.results.loader import load_result_set
-from runner import cgroup
-from tests.conftest import run_cli
+from runner import cgroup, emulate, probe
+from tests.conftest import REPO, run_cli
 
 MiB = 1 << 20
 needs_cgroups = pytest.mark.skipif(os.geteuid() != 0 or "memory" not in cgroup.detect() or "io" not in
@@ -87,3 +94,57 @@ def test_emulated_campaign_records_settings_everywhere(tmp_path: Path) -> None:
     # a figure made from these runs says so, in its footer and in its metadata
     svg = (rs.path / "figures" / "read_accounting.svg").read_text()
     assert "emulated: memory 16.0 MiB" in svg and "read_ahead_kb 128|256" in svg
+
+
+def _pids_with(*words: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if all(word in cmdline for word in words):
+                found.append(int(pid))
+    return found
+
+
+@pytest.mark.slow
+@needs_cgroups
+def test_controller_repairs_at_once_when_a_runner_dies(tmp_path: Path) -> None:
+    name = f"emukill-{uuid.uuid4().hex[:8]}"
+    ra_path = Path(f"/sys/block/{probe.block_device_of(str(tmp_path))}/queue/read_ahead_kb")
+    with machine_lock():  # no emulated run is changing it now: this is the machine's own value
+        original = int(ra_path.read_text())
+    wanted = 256 if original != 256 else 128
+    path = experiment(tmp_path, f"{{read_bytes_per_s: 2M, read_ahead_kb: {wanted}}}")
+    path.write_text(path.read_text().replace("name: emu", f"name: {name}"))
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(path), "--results", str(tmp_path / "r"),
+                             "--scratch", str(tmp_path / "s")], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300  # the target's lease may be held by another campaign for a while
+        while not _pids_with("runner.readfile", tmp_path.name):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        runner = _pids_with("-m runner run", name)
+        assert len(runner) == 1 and int(ra_path.read_text()) == wanted
+        os.kill(runner[0], signal.SIGKILL)  # no finally-block runs: only the controller can clean up now
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "undid the emulation a dead runner left" in out + err, out + err
+    run = load_result_set(next((tmp_path / "r").iterdir())).manifest["runs"][0]
+    assert run["status"] == "failed" and "runner died" in run["error"]
+    with machine_lock():
+        assert int(ra_path.read_text()) == original
+        assert not os.path.exists(emulate._state_path())
+    assert _pids_with("runner.readfile", tmp_path.name) == []
+
+
+@contextlib.contextmanager
+def machine_lock() -> Iterator[None]:
+    fd = emulate._lock(blocking=True)
+    try:
+        yield
+    finally:
+        emulate._unlock(fd)
