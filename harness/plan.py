@@ -17,7 +17,7 @@ from harness.config.experiment import LoadedExperiment
 from harness.config.template import render
 from harness.config.validate import validate
 from harness.errors import ConfigError
-from harness.steps import STEPS
+from harness.steps import STEPS, step_kind
 from harness.units import parse_size
 
 
@@ -86,21 +86,30 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
         elif spec.synth is not None and spec.synth.size is not None:
             sizes.setdefault(name, parse_size(spec.synth.size))
 
-    kinds = [next(iter(item)) for item in exp.steps]
+    kinds = [step_kind(item) for item in exp.steps]
+    baseline = {key: (exp.baseline or {}).get(key, values[0]) for key, values in exp.matrix.items()}
     cells: list[Cell] = []
     for step_index, item in enumerate(exp.steps):
-        kind, raw = next(iter(item.items()))
+        kind = kinds[step_index]
+        raw = item[kind]
         label = kind if kinds.count(kind) == 1 else f"{kind}{kinds[:step_index + 1].count(kind)}"
         loc = ("steps", step_index, kind)
         step = STEPS[kind]
-        for params in matrix_cells(exp.matrix):
+        step_caches = caches
+        if "cache" in item:
+            step_caches = ["cold", "warm"] if item["cache"] == "both" else [item["cache"]]
+        # keys the step does not vary over stay at the baseline cell's values (e.g. a fio ladder
+        # needs no threads axis), so every run still has a complete, comparable set of parameters
+        over = item.get("over", list(exp.matrix))
+        matrix = {key: (values if key in over else [baseline[key]]) for key, values in exp.matrix.items()}
+        for params in matrix_cells(matrix):
             rendered = render(raw or {}, params, doc, loc)
             config = validate(step.Config, rendered, doc, loc)
             for name in step.files_read(config):
                 if name not in files:
                     known = ", ".join(files) or "none"
                     raise doc.error(loc + ("file",), f"names file {name!r}, which is not in files: (have: {known})")
-            for cache in caches:
+            for cache in step_caches:
                 cells.append(Cell(step_index, kind, label, config, params, cache))
     if not cells:
         raise ConfigError("the experiment expands to zero runs", file=doc.source)

@@ -70,3 +70,23 @@ def test_run_ids_unique_ordered_and_readable(tmp_path: Path) -> None:
 def test_estimate_counts_every_run(tmp_path: Path) -> None:
     plan = plan_of(tmp_path, EXP)
     assert plan.estimate_s == sum(r.estimate_s for r in plan.runs) > 0
+
+
+def test_step_over_and_cache_narrow_a_step(tmp_path: Path) -> None:
+    plan = plan_of(tmp_path, EXP + "  - fio: {file: data, jobs: [randread-64k-qd1], runtime_s: 1}\n"
+                                   "    over: [seed]\n    cache: cold\n")
+    fio = [r for r in plan.runs if r.step == "fio"]
+    # 2 seeds x 1 cache x 2 rounds; bs stays at the baseline cell's value (the first)
+    assert len(fio) == 4
+    assert {r.params["bs"] for r in fio} == {"64k"} and {r.params["seed"] for r in fio} == {1, 2}
+    assert {r.cache for r in fio} == {"cold"}
+
+
+def test_step_over_unknown_key_is_an_error_with_line(tmp_path: Path) -> None:
+    import pytest
+
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        plan_of(tmp_path, EXP + "  - fio: {file: data}\n    over: [threads]\n")
+    assert info.value.line == 12 and info.value.field == "steps[1].over"

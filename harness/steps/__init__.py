@@ -44,18 +44,35 @@ def register_step(cls: type[StepKind]) -> type[StepKind]:
     return cls
 
 
+# Keys a step item may carry beside its kind: which matrix keys it varies over (the others stay at
+# the baseline cell's values) and a cache condition of its own.
+STEP_ITEM_KEYS = {"over", "cache"}
+_CACHES = ("cold", "warm", "both", "none")
+
+
+def step_kind(item: dict[str, Any]) -> str:
+    return next(key for key in item if key not in STEP_ITEM_KEYS)
+
+
 def check_steps(experiment: Any, doc: Any) -> None:
     """Structural checks; the typed validation happens per matrix cell in ``harness.plan``."""
     for index, item in enumerate(experiment.steps):
         loc = ("steps", index)
-        if not isinstance(item, dict) or len(item) != 1:
-            raise doc.error(loc, "each step is a mapping with one key, the step kind, e.g. '- fio: {...}'")
-        kind = next(iter(item))
+        kinds = [key for key in item if key not in STEP_ITEM_KEYS] if isinstance(item, dict) else []
+        if len(kinds) != 1:
+            raise doc.error(loc, "each step is a mapping with one key, the step kind, e.g. '- fio: {...}' "
+                                 "(optionally with over: [matrix keys] and cache:)")
+        kind = kinds[0]
         if kind not in STEPS:
             raise doc.error(loc + (kind,), f"unknown step {kind!r} (known: {', '.join(sorted(STEPS))})")
         config = item[kind]
         if config is not None and not isinstance(config, dict):
             raise doc.error(loc + (kind,), "expected a mapping of step options")
+        over = item.get("over", list(experiment.matrix))
+        if not isinstance(over, list) or any(key not in experiment.matrix for key in over):
+            raise doc.error(loc + ("over",), f"expected a list of matrix keys (have: {', '.join(experiment.matrix)})")
+        if item.get("cache", "both") not in _CACHES:
+            raise doc.error(loc + ("cache",), f"expected one of {', '.join(_CACHES)}")
 
 
 from harness.steps import fio as _fio  # noqa: E402,F401  (registers)
