@@ -12,6 +12,7 @@ import hashlib
 import json
 import signal
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,12 @@ class Campaign:
         self.plan, self.targets, self.results_dir = plan, targets, results_dir
         self.scratch = scratch
         self.lease_wait_s = lease_wait_s
+        # targets run in threads (one run at a time per target); manifest writes take this lock
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._interrupt = threading.Event()
+        self.keep: set[tuple[str, str]] = set()  # (target, run_id) already done in a resumed set
+        self.resumed_running: set[tuple[str, str]] = set()  # runs a dead controller left running
         self.progress = progress or QuietProgress()
         loaded = plan.experiment
         self.experiment = loaded.experiment
@@ -85,13 +92,31 @@ class Campaign:
         writer.manifest["engines"] = {name: build.to_dict() for name, build in self.builds.items()}
         writer.manifest["models"] = {name: info for name, (_path, info) in self.synth.items()}
         writer.save()
+        return self._execute(sessions, writer)
+
+    def resume(self, path: Path) -> CampaignResult:
+        """Complete an incomplete set: runs that finished stay; missing, failed and interrupted ones run."""
+        manifest = json.loads((path / "manifest.json").read_text())
+        self.set_id = manifest["set_id"]
+        self.keep = {(r["target"], r["run_id"]) for r in manifest["runs"] if r["status"] == "ok"}
+        self.resumed_running = {(r["target"], r["run_id"]) for r in manifest["runs"] if r["status"] == "running"}
+        sessions = self._preflight()
+        writer = _ReopenedWriter(path, manifest)
+        writer.manifest.setdefault("resumed", []).append(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        writer.save()
+        return self._execute(sessions, writer)
+
+    def _execute(self, sessions: list[TargetSession], writer: ResultSetWriter) -> CampaignResult:
+        self._guard_writer(writer)
         complete = interrupted = False
         try:
-            for session in sessions:
-                self._run_target(writer, session)
+            if len(sessions) == 1:
+                self._run_target(writer, sessions[0])
+            else:
+                self._run_parallel(writer, sessions)
             complete = True
         except KeyboardInterrupt:
-            # the current runner was stopped and pulled in _run_one; keep everything done so far
+            # the current runners were stopped and pulled in _run_one; keep everything done so far
             interrupted = True
         finally:
             for session in sessions:
@@ -99,6 +124,55 @@ class Campaign:
             result = self._finish(writer, complete)
         result.interrupted = interrupted
         return result
+
+    def _run_parallel(self, writer: ResultSetWriter, sessions: list[TargetSession]) -> None:
+        """A thread per target; Ctrl-C reaches the main thread, which tells every target to stop."""
+        errors: list[BaseException] = []
+
+        def work(session: TargetSession) -> None:
+            try:
+                self._run_target(writer, session)
+            except KeyboardInterrupt:
+                pass  # this target's runner was stopped and pulled
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread below
+                errors.append(exc)
+                self.progress.message(f"{session.target.name}: stopped: {exc}")
+
+        threads = [threading.Thread(target=work, args=(s,), name=f"target-{s.target.name}", daemon=True)
+                   for s in sessions]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+        except KeyboardInterrupt:
+            self._interrupt.set()
+            for thread in threads:
+                thread.join()
+            raise
+        if errors:
+            raise errors[0]
+
+    def _guard_writer(self, writer: ResultSetWriter) -> None:
+        """Manifest writes under the lock; a run update touches only the calling target's entry
+        (run ids repeat across targets)."""
+        lock, local, save = self._lock, self._local, writer.save
+
+        def locked_save() -> None:
+            with lock:
+                save()
+
+        def update_run(run_id: str, **fields: Any) -> None:
+            target = getattr(local, "target", None)
+            with lock:
+                for entry in writer.manifest["runs"]:
+                    if entry["run_id"] == run_id and target in (None, entry.get("target")):
+                        entry.update(fields)
+                save()
+
+        writer.save = locked_save  # type: ignore[method-assign]
+        writer.update_run = update_run  # type: ignore[method-assign]
 
     def _preflight(self) -> list[TargetSession]:
         """Everything that can be checked before a result set exists: names, tools, reachability."""
@@ -187,14 +261,20 @@ class Campaign:
     # ------------------------------------------------------------------ one target
     def _run_target(self, writer: ResultSetWriter, session: TargetSession) -> None:
         target = session.target
+        self._local.target = target.name
         created: list[str] = []
         try:
             files, created = self._prepare_files(session, writer)
             facts = session.platform.probe(session, list(files.values()))
             self._record_target(writer, target.name, facts=facts, deployed=session.deployed)
             self._check_expectations(session, writer, facts, "before")
-            self.progress.target_started(target.name, len(self.plan.runs))
-            for run in self.plan.runs:
+            todo = [run for run in self.plan.runs if (target.name, run.run_id) not in self.keep]
+            self.progress.target_started(target.name, len(todo))
+            for run in todo:
+                if self._interrupt.is_set():
+                    raise KeyboardInterrupt
+                if (target.name, run.run_id) in self.resumed_running and self._pull_finished(session, writer, run):
+                    continue
                 # temperature gate and expectations around every run: clocks can change under load
                 runstate.before_run(session, writer, run, self.experiment.expect, self.progress.message)
                 self._run_one(session, writer, run, files)
@@ -204,11 +284,27 @@ class Campaign:
             for path in created:
                 session.transport.run(["rm", "-f", path])
 
+    def _pull_finished(self, session: TargetSession, writer: ResultSetWriter, run: PlannedRun) -> bool:
+        """A run a dead controller left running may have finished on the board (or still be running):
+        wait for it and pull it instead of measuring it again."""
+        remote_dir = f"{session.workdir}/runs/{self.set_id}/{run.run_id}"
+        entry = next((r for r in writer.manifest["runs"] if r["run_id"] == run.run_id
+                      and r.get("target") == session.target.name), {})
+        pid = entry.get("runner_pid")
+        if pid and session.transport.alive(int(pid)):
+            self._wait_done(session, remote_dir, int(pid), {})
+        if not session.transport.exists(f"{remote_dir}/DONE"):
+            return False
+        self.progress.run_started(session.target.name, run)
+        self._pull(session, writer, run, remote_dir, default_status="unknown")
+        return True
+
     def _record_target(self, writer: ResultSetWriter, name: str, **fields: Any) -> None:
-        for entry in writer.manifest["targets"]:
-            if entry["name"] == name:
-                entry.update(fields)
-        writer.save()
+        with self._lock:
+            for entry in writer.manifest["targets"]:
+                if entry["name"] == name:
+                    entry.update(fields)
+            writer.save()
 
     def _check_expectations(self, session: TargetSession, writer: ResultSetWriter, facts: dict[str, Any],
                             when: str) -> None:
@@ -254,8 +350,9 @@ class Campaign:
         if session.target.transport_kind == "local":
             for record in records.values():
                 record.update(describe_model_file(Path(record["path"])))
-        writer.manifest["files"][session.target.name] = records
-        writer.save()
+        with self._lock:
+            writer.manifest["files"][session.target.name] = records
+            writer.save()
         return files, created
 
     def _existing_file_size(self, session: TargetSession, name: str, path: str) -> int:
@@ -289,6 +386,8 @@ class Campaign:
         remote_dir = f"{session.workdir}/runs/{self.set_id}/{run.run_id}"
         spec = self._spec(session, run, files, remote_dir)
         self.progress.run_started(target, run)
+        if self.keep or self.resumed_running:
+            session.transport.run(["rm", "-rf", remote_dir])  # a resumed run starts clean
         with tempfile.TemporaryDirectory() as tmp:
             spec_path = Path(tmp) / "spec.json"
             spec_path.write_text(json.dumps(spec, indent=1))
@@ -311,6 +410,8 @@ class Campaign:
         """Poll for DONE; True when the runner died without writing it."""
         delay = POLL_FIRST_S
         while not session.transport.exists(f"{remote_dir}/DONE"):
+            if self._interrupt.is_set():
+                raise KeyboardInterrupt  # Ctrl-C in the main thread; this target's worker stops its runner
             if not session.transport.alive(pid):
                 return not session.transport.exists(f"{remote_dir}/DONE")
             time.sleep(delay)
@@ -361,6 +462,14 @@ class Campaign:
         self.progress.run_finished(target, run, status, error)
         if pulled:
             session.transport.run(["rm", "-rf", remote_dir])
+
+
+class _ReopenedWriter(ResultSetWriter):
+    """The writer of an existing incomplete set, for --resume."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:  # noqa: D107 - no mkdir: the set exists
+        self.results_dir, self.set_id, self.manifest = path.parent, manifest["set_id"], manifest
+        self.final_path, self.path = path.parent / self.set_id, path
 
 
 def verify_checksums(run_dir: Path) -> None:

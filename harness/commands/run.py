@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -11,10 +14,11 @@ from harness.campaign import Campaign, CampaignResult
 from harness.commands.common import ResultsOpt, TargetsDirOpt, console, frame_table
 from harness.config.experiment import load_experiment
 from harness.config.target import load_targets, select_targets
+from harness.errors import UsageError
 from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.plan import PlannedRun, build_plan
 from harness.report import fio_summary, read_summary
-from harness.results.loader import load_result_set
+from harness.results.loader import find_result_set, load_result_set
 
 
 class RichProgress:
@@ -55,30 +59,54 @@ def print_summary(result: CampaignResult) -> None:
     console.print(f"report: {result.path / 'report.md'}")
 
 
-def run(experiment: Path = typer.Argument(..., help="experiment YAML"),
+def run(experiment: Path = typer.Argument(None, help="experiment YAML (omit with --resume)"),
         target: list[str] = typer.Option(None, "--target", "-t", help="target name or tag:X (repeatable)"),
         results: Path = ResultsOpt,
         scratch: str = typer.Option(None, "--scratch", help="directory on the target for created data files"),
         targets_dir: Path = TargetsDirOpt,
         lease_wait: float = typer.Option(DEFAULT_LEASE_WAIT_S, "--lease-wait", metavar="SECONDS",
                                          help="how long to wait for a board another campaign holds (0: fail at once)"),
+        resume: str = typer.Option(None, "--resume", metavar="SET",
+                                   help="complete the missing, failed or interrupted runs of an incomplete set"),
         ) -> None:
     """Run an experiment on its targets and write a result set."""
-    loaded = load_experiment(experiment)
-    chosen = select_targets(target or loaded.experiment.targets, load_targets(targets_dir), source=str(experiment))
+    resume_path = None
+    if resume is not None:
+        if experiment is not None or target:
+            raise UsageError("--resume SET takes the experiment and targets from the set; give neither")
+        resume_path, loaded, chosen = _resume_inputs(resume, results, targets_dir)
+    else:
+        if experiment is None:
+            raise UsageError("missing EXPERIMENT (a YAML file), or --resume SET")
+        loaded = load_experiment(experiment)
+        chosen = select_targets(target or loaded.experiment.targets, load_targets(targets_dir),
+                                source=str(experiment))
     the_plan = build_plan(loaded)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[run]}"))
     with Progress(*columns, console=console, transient=False) as progress:
         campaign = Campaign(the_plan, chosen, results, scratch=scratch, progress=RichProgress(progress),
                             lease_wait_s=lease_wait)
-        result = campaign.run()
+        result = campaign.resume(resume_path) if resume_path is not None else campaign.run()
     print_summary(result)
     if result.interrupted:
         console.print("interrupted: finished runs are kept; the set is marked incomplete")
         raise typer.Exit(130)
     if not result.complete or set(result.statuses) - {"ok"}:
         raise typer.Exit(1)  # the set is kept either way; CI should still see that runs failed
+
+
+def _resume_inputs(name: str, results: Path, targets_dir: Path | None) -> tuple[Path, Any, list[Any]]:
+    """The incomplete set, its experiment (the original file if unchanged, else the set's copy), its targets."""
+    path = find_result_set(name, results)
+    manifest = json.loads((path / "manifest.json").read_text())
+    if manifest.get("status") == "complete":
+        raise UsageError(f"{path}: the set is complete; nothing to resume")
+    original = Path(manifest["experiment"]["path"])
+    same = original.exists() and hashlib.sha256(original.read_bytes()).hexdigest() == manifest["experiment"]["sha256"]
+    loaded = load_experiment(original if same else path / "experiment.yaml")
+    chosen = select_targets([t["name"] for t in manifest["targets"]], load_targets(targets_dir), source=str(path))
+    return path, loaded, chosen
 
 
 def register(app: typer.Typer) -> None:
