@@ -91,6 +91,8 @@ class Campaign:
                      plan=[self._planned(t, r) for t in self.targets for r in self.plan.runs])
         writer.manifest["engines"] = {name: build.to_dict() for name, build in self.builds.items()}
         writer.manifest["models"] = {name: info for name, (_path, info) in self.synth.items()}
+        writer.manifest["matrix"] = {key: list(values) for key, values in self.experiment.matrix.items()}
+        writer.manifest["baseline"] = self.experiment.baseline
         writer.save()
         return self._execute(sessions, writer)
 
