@@ -249,6 +249,18 @@ def jetson_facts():
     return facts
 
 
+def entry_clocks():
+    """GPU clock and cap (Jetson devfreq) and the highest CPU cap, for every run's entry state."""
+    out = {}
+    gpu = gpu_devfreq()
+    if gpu.get("gpu_devfreq_path"):
+        out["gpu_cur_freq_hz"], out["gpu_max_freq_hz"] = gpu["gpu_cur_freq_hz"], gpu["gpu_max_freq_hz"]
+    caps = [p["scaling_max_khz"] for p in cpufreq_policies().values() if p.get("scaling_max_khz")]
+    if caps:
+        out["cpu_max_khz"] = max(caps)
+    return out
+
+
 # ---------------------------------------------------------------------------------------- Android
 ANDROID_PROPS = ("ro.product.model", "ro.product.manufacturer", "ro.build.version.release", "ro.build.version.sdk",
                  "ro.soc.model", "ro.soc.manufacturer", "ro.board.platform", "ro.hardware")

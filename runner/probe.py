@@ -56,6 +56,10 @@ def entry_state():
     freq = (read_text(_p("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"), "") or "").strip()
     state["cpu0_cur_khz"] = int(freq) if freq.isdigit() else None
     state.update(thermal())
+    # clocks in effect at the start of the run (a throttled GPU or a lowered cap shows here)
+    from runner import platform_probes
+
+    state.update(platform_probes.entry_clocks())
     return state
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from tests import fakeboard as fb
 from tests.conftest import run_cli
 
@@ -51,6 +53,10 @@ def test_expectations_are_checked_around_every_run_and_the_gate_is_recorded(tmp_
         assert gate["waited_s"] >= 0
     target = manifest["targets"][0]
     assert target["facts"]["power_mode_name"] == "MAXN_SUPER"
+    # every run's entry state carries the clocks and the junction temperature it started with
+    table = pd.read_parquet(sets[0] / "tables" / "runs.parquet")
+    assert (table["entry_gpu_max_freq_hz"] == 1_020_000_000).all() and (table["entry_cpu_max_khz"] == 1_728_000).all()
+    assert (table["entry_temp_tj-thermal_c"] == 47.0).all()
     assert all(r["ok"] for r in target["expectations_before"])
 
 
