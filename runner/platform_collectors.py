@@ -125,6 +125,8 @@ class ToolProcess:
 def _process(kind, spec, run_dir):
     period = int(spec.get("period_ms", 1000))
     if kind == "tegrastats":
+        # Foreground with --logfile, stopped by SIGTERM to its own process group. Not --start/--stop:
+        # --stop stops every tegrastats on the board, including one jtop or a user is running.
         path = os.path.join(run_dir, "tegrastats.log")
         return ToolProcess(kind, [shutil.which("tegrastats"), "--interval", str(period), "--logfile", path],
                            path, False)
