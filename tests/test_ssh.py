@@ -243,3 +243,23 @@ def test_campaign_over_ssh_gives_the_local_tables(board: Path, tmp_path: Path, w
         assert left.stdout.strip() == b""
     finally:
         transport.close()
+
+
+def test_proxy_jump_goes_through_the_jump_host_with_its_key_verified(sshd: SshServer, tmp_path: Path,
+                                                                     workdir: str) -> None:
+    targets = tmp_path / "targets"
+    jump = f"root@{sshd.address}:{sshd.port}"
+    sshd.write_target(targets, "behind", workdir=workdir, extra=f"    proxy_jump: {jump}\n")
+    log = sshd.root / "sshd.log"
+    accepted_before = log.read_text().count("Accepted publickey")
+    transport = _transport(targets, "behind")
+    try:
+        assert transport.run(["echo", "through"]).stdout == b"through\n"
+    finally:
+        transport.close()
+    assert log.read_text().count("Accepted publickey") - accepted_before == 2  # the jump host, then the target
+    # the jump host's key is checked too: with an empty known_hosts the jump is refused
+    sshd.write_target(targets, "behind", workdir=workdir, extra=f"    proxy_jump: {jump}\n",
+                      known_hosts=tmp_path / "empty")
+    with pytest.raises(TargetError, match="unknown host key"):
+        _transport(targets, "behind")
