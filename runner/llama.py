@@ -176,10 +176,19 @@ def wait_healthy(ctx, proc, port, timeout_s):
         time.sleep(HEALTH_POLL_S)
 
 
-def stream_completion(port, body, timeout_s, on_first_token):
-    """POST /completion with stream=true; call ``on_first_token()`` when the first token arrives.
+def _token_count(msg):
+    tokens = msg.get("tokens")
+    if tokens is not None:
+        return len(tokens)
+    return 1 if msg.get("content") else 0  # builds that do not stream token ids
 
-    Returns (final message, number of streamed token messages, generated text).
+
+def stream_completion(port, body, timeout_s, on_tokens):
+    """POST /completion with stream=true; call ``on_tokens(n)`` with the running token count as tokens arrive.
+
+    The first call comes when prefill has ended (its last logits give the first token). Returns (final
+    message, arrival time in monotonic ns of every message that carried tokens, running count at each,
+    generated text).
     """
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
     try:
@@ -188,9 +197,9 @@ def stream_completion(port, body, timeout_s, on_first_token):
         resp = conn.getresponse()
         if resp.status != 200:
             raise StepFailed("POST /completion: HTTP %d %s" % (resp.status, resp.read(500).decode(errors="replace")))
-        chunks, text, first = 0, [], False
+        count, times, counts, text = 0, [], [], []
         while True:
-            line = resp.readline()
+            line = resp.readline()  # returns as soon as one line is in: token times are not batched
             if not line:
                 raise StepFailed("llama-server closed the stream before the final message")
             line = line.strip()
@@ -199,13 +208,15 @@ def stream_completion(port, body, timeout_s, on_first_token):
             msg = json.loads(line[5:].decode("utf-8", errors="replace"))
             if "error" in msg:
                 raise StepFailed("llama-server error: %s" % json.dumps(msg["error"])[:500])
-            if not first and (msg.get("tokens") or msg.get("content") or msg.get("stop")):
-                first = True
-                on_first_token()
-            if msg.get("stop"):
-                return msg, chunks, "".join(text)
-            chunks += 1
+            n = _token_count(msg)
+            if n:
+                times.append(time.monotonic_ns())
+                count += n
+                counts.append(count)
+                on_tokens(count)
             text.append(msg.get("content") or "")
+            if msg.get("stop"):
+                return msg, times, counts, "".join(text)
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise StepFailed("POST /completion failed: %s" % exc) from None
     finally:
@@ -312,7 +323,8 @@ def _schedule(spec):
 
 
 def _one_request(ctx, proc, spec, native_bin, device, port, condition, prompt, timeout_s):
-    record = {"cache": condition, "prompt": prompt, "n_predict": spec["n_predict"]}
+    record = {"cache": condition, "prompt": prompt, "n_predict": spec["n_predict"],
+              "decode_window": spec.get("decode_window")}
     if condition == "cold":
         record["pageout"], residency = make_cold(native_bin, proc.pid, spec["model"])
     else:
@@ -322,14 +334,21 @@ def _one_request(ctx, proc, spec, native_bin, device, port, condition, prompt, t
             "stream": True}
     body.update(spec.get("request", {}))
     marks = {}
+    # decode_window [a, b]: tokens a..b, i.e. from the arrival of token a-1 to that of token b
+    window = spec.get("decode_window")
+    edges = {"first_token": 1}
+    if window:
+        edges.update(window_start=window[0] - 1, window_end=window[1])
 
-    def first_token():
-        marks["first_token"] = snapshot(device, proc.pid)
+    def on_tokens(count):
+        for name, at in edges.items():
+            if count >= at and name not in marks:
+                marks[name] = snapshot(device, proc.pid)
 
     marks["start"] = snapshot(device, proc.pid)
-    final, chunks, text = stream_completion(port, body, timeout_s, first_token)
+    final, times, counts, text = stream_completion(port, body, timeout_s, on_tokens)
     marks["end"] = snapshot(device, proc.pid)
-    record.update(marks=marks, streamed_chunks=chunks, content=text, timings=final.get("timings"))
+    record.update(marks=marks, token_ns=times, token_counts=counts, content=text, timings=final.get("timings"))
     for key in ("stop_type", "tokens_predicted", "tokens_evaluated", "tokens_cached", "truncated"):
         record[key] = final.get(key)
     return record

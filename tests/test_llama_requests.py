@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from harness.steps import STEPS
-from harness.steps.llamacpp import LlamaBenchConfig, LlamaServerConfig, request_row
+from harness.steps.llamacpp import LlamaBenchConfig, LlamaServerConfig, request_row, token_rows
 from runner import cache
 from runner.llama import make_cold, proc_stat
 from tests.conftest import REPO, run_cli
@@ -89,6 +89,7 @@ def test_request_row_splits_prefill_and_decode() -> None:
     assert row["decode_tokens"] == 4 and row["decode_dev_read_bytes_per_token"] == 4096 * 512 / 4
     assert row["decode_majflt_per_token"] == 10
     assert (row["t_first_token_ns"], row["t_end_ns"]) == (11 * s, 13 * s)
+    assert "window_s" not in row  # no decode_window asked for
     assert row["cold_reached"] is True and row["pageout_error"] is None
     record["residency_before_pct"], record["pageout"] = 40.0, {"error": "process_madvise: Function not implemented"}
     row = request_row(record)
@@ -133,3 +134,29 @@ def test_cold_pages_out_a_file_another_process_maps(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
         path.unlink()
+
+
+def test_decode_window_and_token_times() -> None:
+    s = 1_000_000_000
+
+    def mark(t: float, read_sectors: int, majflt: int) -> dict:
+        return {"mono_ns": int(t * s), "blockstat": _stat(read_sectors // 8, read_sectors, 0),
+                "proc": {"majflt": majflt, "utime_s": 0.0, "stime_s": 0.0}}
+    record = {"index": 2, "cache": "warm", "decode_window": [3, 6],
+              "timings": {"prompt_n": 9, "predicted_n": 6},
+              "token_ns": [int(t * s) for t in (1.0, 1.5, 2.0, 2.25, 2.5, 3.0)], "token_counts": [1, 2, 3, 4, 5, 6],
+              "marks": {"start": mark(0, 0, 0), "first_token": mark(1.0, 800, 1), "window_start": mark(1.5, 1600, 2),
+                        "window_end": mark(3.0, 4800, 5), "end": mark(3.0, 4800, 5)}}
+    row = request_row(record)
+    # tokens 3..6 arrive between token 2 (1.5 s) and token 6 (3.0 s)
+    assert (row["window_first_token"], row["window_last_token"], row["window_s"]) == (3, 6, 1.5)
+    assert row["window_tps"] == 4 / 1.5 and row["window_dev_read_bytes"] == 3200 * 512 and row["window_majflt"] == 3
+    assert row["decode_client_tps"] == 5 / 2.0  # tokens 2..6 over the 2 s after the first
+    tokens = token_rows(record)
+    assert [(t["token"], t["gap_ms"]) for t in tokens] == [
+        (1, None), (2, 500.0), (3, 500.0), (4, 250.0), (5, 250.0), (6, 500.0)]
+    assert tokens[0]["request"] == 2 and tokens[5]["t_ns"] == 3 * s
+    with pytest.raises(ValidationError, match="decode_window"):
+        LlamaServerConfig.model_validate({"prompts": ["hi"], "n_predict": 8, "decode_window": [1, 8]})
+    with pytest.raises(ValidationError, match="n_predict"):
+        LlamaServerConfig.model_validate({"prompts": ["hi"], "n_predict": 8, "decode_window": [2, 9]})

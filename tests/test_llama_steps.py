@@ -103,7 +103,8 @@ def test_llama_bench_step_rows_and_samples(tmp_path: Path, llama_bin_dir: str, t
 @pytest.mark.parametrize("cache", ["cold", "warm"])
 def test_llama_server_step_per_request(tmp_path: Path, llama_bin_dir: str, tiny_moe: SynthInfo, cache: str) -> None:
     options = {"args": ["-t", 1, "-c", 512, "-np", 1], "prompts": str(PROMPTS), "n_predict": 8,
-               "request": {"ignore_eos": True}}  # exactly n_predict tokens whatever the random weights say
+               "request": {"ignore_eos": True},  # exactly n_predict tokens whatever the random weights say
+               "decode_window": [3, 8]}
     record, tables = run_step(tmp_path, "llama-server", options, tiny_moe.path, llama_bin_dir, cache)
     assert record["status"] == "ok", record["error"]
     rows = tables["requests"]
@@ -116,6 +117,8 @@ def test_llama_server_step_per_request(tmp_path: Path, llama_bin_dir: str, tiny_
         assert 0 <= row["decode_majflt"] <= row["request_majflt"]
         assert row["request_utime_s"] + row["request_stime_s"] >= 0
         assert 0 < row["prefill_s"] < row["request_s"] and 0 < row["decode_s"] < row["request_s"]
+        assert 0 < row["window_s"] <= row["decode_s"] and row["window_tps"] > 0
+        assert 0 <= row["window_dev_read_bytes"] <= row["decode_dev_read_bytes"]
         if cache == "cold":
             # the server's mapping was paged out too: nothing of the model left in memory, so the server
             # faults the weights back in from the device (its own majflt: other disk users cannot fake it)
@@ -123,6 +126,8 @@ def test_llama_server_step_per_request(tmp_path: Path, llama_bin_dir: str, tiny_
             assert row["request_majflt"] > 0 and row["request_dev_read_bytes"] > 0
         else:
             assert row["residency_before_pct"] >= 99.0 and row["request_majflt"] == 0
+    # every token's arrival, one streamed message per token
+    assert [t["token"] for t in tables["tokens"]] == list(range(1, 9)) * 3
     assert record["summary"]["requests"] == 3 and record["rusage"]["llama-server"]["exit_code"] == 0
     assert processes_using(tiny_moe.path) == []
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from harness.config.validate import StrictModel
 from harness.parsers import ParseError, parse
@@ -73,6 +73,8 @@ class LlamaServerConfig(StrictModel):
     prompts: list[str] = Field(min_length=1)  # given as a JSONL path or inline
     n_predict: Annotated[int, Field(ge=1)] = 32
     requests_per_prompt: Annotated[int, Field(ge=1)] = 1
+    # measure decode over output tokens a..b as well (InferSSD reports tokens 129-256)
+    decode_window: tuple[int, int] | None = None
     # extra /completion fields, e.g. {ignore_eos: true} for a fixed decode length
     request: dict[str, Any] = Field(default_factory=dict)
     health_timeout_s: Annotated[float, Field(gt=0)] = 300.0
@@ -87,6 +89,15 @@ class LlamaServerConfig(StrictModel):
     @classmethod
     def _args(cls, value: list[Arg]) -> list[Arg]:
         return _refuse_owned(value, ("-m", "--model", "--host", "--port"))
+
+    @model_validator(mode="after")
+    def _window(self) -> LlamaServerConfig:
+        if self.decode_window is not None:
+            a, b = self.decode_window
+            if not 2 <= a <= b <= self.n_predict:
+                raise ValueError(f"decode_window [{a}, {b}]: need 2 <= first <= last <= n_predict ({self.n_predict});"
+                                 " token 1 comes out of prefill")
+        return self
 
     @field_validator("request")
     @classmethod
@@ -138,20 +149,23 @@ class LlamaServerStep(_LlamaStep):
         return {"model": files[config.model], "args": list(config.args), "prompts": list(config.prompts),
                 "n_predict": config.n_predict, "requests_per_prompt": config.requests_per_prompt,
                 "cache": cache, "request": dict(config.request), "health_timeout_s": config.health_timeout_s,
+                "decode_window": list(config.decode_window) if config.decode_window else None,
                 "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 600}
 
     def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
         output = run_dir / "requests.jsonl"
         if not output.exists():
             return {}
-        rows = []
+        rows, tokens = [], []
         for number, line in enumerate(output.read_text().splitlines(), start=1):
             if line.strip():
                 try:
-                    rows.append(request_row(json.loads(line)))
+                    record = json.loads(line)
+                    rows.append(request_row(record))
+                    tokens += token_rows(record)
                 except (json.JSONDecodeError, KeyError, TypeError) as exc:
                     raise ParseError(f"{output.name}: bad request record ({exc})", line=number) from None
-        return {"requests": rows}
+        return {"requests": rows, "tokens": tokens}
 
 
 def _stat(line: str | None) -> dict[str, Any] | None:
@@ -217,6 +231,17 @@ def request_row(rec: dict[str, Any]) -> dict[str, Any]:
     row.update(window(start, end, "request_"))
     row.update(window(start, first, "prefill_"))
     row.update(window(first, end, "decode_"))
+    window_marks = (marks.get("window_start"), marks.get("window_end"))
+    if rec.get("decode_window") or any(window_marks):
+        row.update(window(*window_marks, "window_"))
+        first_token, last_token = rec.get("decode_window") or (None, None)
+        row["window_first_token"], row["window_last_token"] = first_token, last_token
+        if first_token and row["window_s"]:
+            row["window_tps"] = (last_token - first_token + 1) / row["window_s"]
+    times, counts = rec.get("token_ns") or [], rec.get("token_counts") or []
+    # the client's view of decode speed: tokens after the first over the time they took to arrive
+    if len(times) >= 2 and times[-1] > times[0]:
+        row["decode_client_tps"] = (counts[-1] - counts[0]) / ((times[-1] - times[0]) / 1e9)
     tokens = (row.get("predicted_n") or 0) - 1
     row["decode_tokens"] = tokens if tokens > 0 else None
     if tokens > 0:
@@ -225,3 +250,13 @@ def request_row(rec: dict[str, Any]) -> dict[str, Any]:
         if row["decode_majflt"] is not None:
             row["decode_majflt_per_token"] = row["decode_majflt"] / tokens
     return row
+
+
+def token_rows(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per streamed message that carried tokens: running ``token`` count, arrival time, gap."""
+    rows, previous = [], None
+    for t_ns, count in zip(rec.get("token_ns") or [], rec.get("token_counts") or [], strict=True):
+        rows.append({"request": rec["index"], "token": count, "t_ns": t_ns,
+                     "gap_ms": None if previous is None else (t_ns - previous) / 1e6})
+        previous = t_ns
+    return rows
