@@ -89,9 +89,9 @@ def availability():
 class ToolProcess:
     """A tool writing its own log (tegrastats --logfile) or stdout into the run directory."""
 
-    def __init__(self, kind, argv, out_path, to_stdout):
+    def __init__(self, kind, argv, out_path, to_stdout, stop_signal=signal.SIGTERM):
         self.argv, self.kind, self.out_path, self.to_stdout = argv, kind, out_path, to_stdout
-        self.proc = None
+        self.stop_signal, self.proc = stop_signal, None
 
     def start(self):
         out = open(self.out_path, "ab") if self.to_stdout else subprocess.DEVNULL
@@ -103,12 +103,12 @@ class ToolProcess:
                 out.close()
 
     def stop(self, timeout=5.0):
-        """SIGTERM to its process group (tegrastats and powermetrics flush and exit on it)."""
+        """Signal its process group (SIGTERM; SIGINT for powermetrics, which finishes its sample on it)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                os.killpg(self.proc.pid, self.stop_signal)
             except ProcessLookupError:
                 pass
         try:
@@ -117,7 +117,7 @@ class ToolProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             _out, err = self.proc.communicate()
         code, self.proc = self.proc.returncode, None
-        if code not in (0, -signal.SIGTERM, 143):
+        if code not in (0, -self.stop_signal, 128 + self.stop_signal):
             return "%s exited %s: %s" % (self.kind, code, (err or b"").decode(errors="replace").strip()[-300:])
         return None
 
@@ -137,7 +137,7 @@ def _process(kind, spec, run_dir):
     argv = ["powermetrics", "-i", str(period), "--samplers", "cpu_power,gpu_power,thermal"]
     if os.geteuid() != 0:
         argv = ["sudo", "-n"] + argv
-    return ToolProcess(kind, argv, os.path.join(run_dir, "powermetrics.txt"), True)
+    return ToolProcess(kind, argv, os.path.join(run_dir, "powermetrics.txt"), True, signal.SIGINT)
 
 
 # ------------------------------------------------------------------------------------- sampled files

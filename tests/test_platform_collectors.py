@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -155,3 +156,31 @@ def test_every_collector_has_a_registered_parser() -> None:
     assert set(pc.KINDS) <= set(COLLECTORS)
     assert all(COLLECTORS[kind].parser in PARSERS for kind in pc.KINDS)
     assert (REPO / "runner" / "platform_collectors.py").exists()
+
+
+def test_powermetrics_is_stopped_with_sigint_and_its_output_parses(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    capture = fb.DATA / "macos" / "powermetrics-mac14-2-two-samples.txt"
+    # like the real tool: samples until interrupted; SIGINT (Ctrl-C) ends it cleanly, SIGTERM would not
+    fb.tool(tmp_path / "bin", "powermetrics", f"""import signal, sys, time
+text = open({str(capture)!r}).read()
+half = text.index('*** Sampled system activity (Fri Sep 11 13:41:47')
+sys.stdout.write(text[:half]); sys.stdout.flush()
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(9))
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    sys.stdout.write(text[half:]); sys.exit(0)
+""")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    proc = pc._process("powermetrics", {"period_ms": 1000}, str(tmp_path))
+    proc.start()
+    # wait until the first sample is on disk, then stop (no time is asserted)
+    while b"Nominal" not in (tmp_path / "powermetrics.txt").read_bytes():
+        if proc.proc.poll() is not None:
+            pytest.fail(proc.proc.stderr.read().decode())
+        time.sleep(0.01)
+    assert proc.stop() is None
+    rows = parse("powermetrics", (tmp_path / "powermetrics.txt").read_bytes())
+    assert [r["power_combined_mw"] for r in rows] == [1172, 445]
