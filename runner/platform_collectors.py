@@ -94,6 +94,10 @@ class ToolProcess:
         self.stop_signal, self.proc = stop_signal, None
 
     def start(self):
+        # the clock pair lets the controller put the tool's wall-clock lines on the run's monotonic axis
+        with open(self.out_path + ".clock", "w") as clock:
+            json.dump({"wall_s": time.time(), "mono_ns": time.monotonic_ns(),
+                       "utc_offset_s": time.localtime().tm_gmtoff}, clock)
         out = open(self.out_path, "ab") if self.to_stdout else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE,

@@ -92,7 +92,10 @@ signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
 lines = open({str(log)!r}).read().splitlines()
 i = 0
 while True:
-    out.write(lines[i % len(lines)] + '\\n'); out.flush(); i += 1
+    words = lines[i % len(lines)].split(' ')
+    if words[0].count('-') == 2:  # the real tool stamps local time; so does the replay
+        words[:2] = time.strftime('%m-%d-%Y %H:%M:%S').split(' ')
+    out.write(' '.join(words) + '\\n'); out.flush(); i += 1
     time.sleep(interval)
 """)
     return bindir

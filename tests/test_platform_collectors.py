@@ -52,6 +52,8 @@ def test_tegrastats_and_sampled_files_land_in_tables(tmp_path: Path) -> None:
     tegra = telemetry[telemetry["source"] == "tegrastats"]
     assert len(tegra) >= 1 and tegra["ram_total_mb"].iloc[0] == 7620  # the replayed real capture
     assert tegra["temp_tj_c"].notna().all()
+    # its local wall-clock stamps are placed on the step's time axis (1 s resolution)
+    assert tegra["t_rel_s"].abs().max() < 60
     thermal = telemetry[telemetry["source"] == "thermal"]
     assert len(thermal) >= 2 and (thermal["temp_tj_thermal_c"] == 47.0).all()
     assert thermal["t_rel_s"].notna().all()  # placed on the step's time axis

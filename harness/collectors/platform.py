@@ -8,7 +8,9 @@ before a result set exists.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,8 +41,32 @@ class PlatformCollector(CollectorKind):
         return tables
 
 
+class ToolClockMixin(PlatformCollector):
+    """Rows of a tool that stamps wall-clock seconds (tegrastats) get ``t_ns`` on the run's monotonic
+    axis from the clock pair the runner wrote at start; rows without a stamp are spaced by the period."""
+
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        tables = super().ingest(run_dir, record)
+        clock_path = run_dir / (self.raw_file + ".clock")
+        if not clock_path.exists():
+            return tables
+        clock = json.loads(clock_path.read_text())
+        period_s = next((c.get("period_ms", 1000) for c in record.get("spec", {}).get("collectors", [])
+                         if c.get("kind") == self.name), 1000) / 1000
+        for index, row in enumerate(tables.get(self.table, [])):
+            stamp = row.get("timestamp")
+            if stamp:
+                local = datetime.fromisoformat(stamp).replace(tzinfo=timezone.utc).timestamp()
+                wall = local - clock["utc_offset_s"]  # the board printed local time
+            else:
+                wall = clock["wall_s"] + (index + 1) * period_s
+            row["t_ns"] = clock["mono_ns"] + round((wall - clock["wall_s"]) * 1e9)
+        return tables
+
+
 def _kind(name: str, table: str, raw_file: str, parser: str, config: type[PlatformConfig], doc: str) -> None:
-    cls = type(name.title().replace("_", ""), (PlatformCollector,),
+    base = ToolClockMixin if name == "tegrastats" else PlatformCollector
+    cls = type(name.title().replace("_", ""), (base,),
                {"name": name, "table": table, "raw_file": raw_file, "parser": parser, "Config": config,
                 "__doc__": doc})
     register_collector(cls)
