@@ -263,3 +263,20 @@ def test_proxy_jump_goes_through_the_jump_host_with_its_key_verified(sshd: SshSe
                       known_hosts=tmp_path / "empty")
     with pytest.raises(TargetError, match="unknown host key"):
         _transport(targets, "behind")
+
+
+def test_unreachable_or_refused_targets_are_one_line_errors(sshd: SshServer, tmp_path: Path, workdir: str) -> None:
+    from tests.sshd import free_port, keygen
+
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    base = sshd.target_yaml(workdir=workdir)
+    (targets / "off.yaml").write_text(base.replace(f"port: {sshd.port}", f"port: {free_port()}"))
+    (targets / "stranger.yaml").write_text(base.replace(str(sshd.client_key), str(keygen(tmp_path / "k"))))
+    off = run_cli("deploy", "off", "--targets-dir", str(targets))
+    assert off.returncode == 1 and "target off: cannot connect to 127.0.0.1" in off.stderr
+    assert len(off.stderr.strip().splitlines()) == 1
+    stranger = run_cli("deploy", "stranger", "--targets-dir", str(targets))
+    assert stranger.returncode == 1 and "target stranger: authentication failed for root@127.0.0.1" in stranger.stderr
+    checked = run_cli("targets", "--check", "--targets-dir", str(targets))
+    assert checked.returncode == 1 and "off: target off: cannot connect" in checked.stdout

@@ -95,7 +95,10 @@ class SshTransport:
         self.reconnects = 0
         self.on_event: Callable[[str], None] | None = None  # the campaign shows reconnects
         if connect_now:
-            self._ensure()
+            try:
+                self._ensure()
+            except ConnectionLost as exc:  # at the start, fail fast: the board is off or the address wrong
+                raise TargetError(f"target {self.target_name}: {exc}") from None
 
     # ------------------------------------------------------------------ connection
     @property
