@@ -2,9 +2,10 @@
 
 Stdlib only (Python >= 3.8). The binaries come from ``spec["engines"]["llama.cpp"]["bin_dir"]`` (or the
 step's own ``bin_dir``). Per request the server step records, on this machine's monotonic clock, block-device
-stat lines and the server's /proc stat (majflt, utime, stime) at three moments: just before the request, at
-the first streamed token (which ends prefill) and after the final message. The controller turns these into
-whole-request and decode-window deltas.
+stat lines and the server's /proc stat (majflt, utime, stime) just before the request, at the first streamed
+token (which ends prefill), at the edges of an optional decode window and after the final message, plus the
+arrival time of every streamed token. The controller turns these into whole-request, prefill, decode and
+window deltas (harness/steps/llamacpp.py).
 """
 
 import ctypes
@@ -230,31 +231,34 @@ def stop_server(ctx, proc, grace_s=STOP_GRACE_S):
     if proc.returncode is not None:
         return proc.returncode
     deadline, sig = time.monotonic() + grace_s, signal.SIGTERM
+    _signal_group(proc.pid, sig)
     while True:
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        while True:
-            try:
-                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere (Popen.poll)
-                return proc.poll()
-            if pid:
-                proc.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-                ctx.rusage[proc.log_name] = {"majflt": usage.ru_majflt, "minflt": usage.ru_minflt,
-                                             "storage_read_bytes": usage.ru_inblock * 512,
-                                             "utime_s": usage.ru_utime, "stime_s": usage.ru_stime,
-                                             "maxrss_kb": usage.ru_maxrss, "exit_code": proc.returncode}
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # anything the server itself started
-                except ProcessLookupError:
-                    pass
-                return proc.returncode
-            if sig == signal.SIGTERM and time.monotonic() > deadline:
-                sig = signal.SIGKILL
-                break
-            time.sleep(0.02)
+            # WNOWAIT: an exited server stays a zombie, so its group id cannot be reused by the time the
+            # group is killed below (anything the server itself started goes with it)
+            exited = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped elsewhere (Popen.poll)
+            return proc.poll()
+        if exited is not None:
+            _signal_group(proc.pid, signal.SIGKILL)
+            _pid, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            ctx.rusage[proc.log_name] = {"majflt": usage.ru_majflt, "minflt": usage.ru_minflt,
+                                         "storage_read_bytes": usage.ru_inblock * 512,
+                                         "utime_s": usage.ru_utime, "stime_s": usage.ru_stime,
+                                         "maxrss_kb": usage.ru_maxrss, "exit_code": proc.returncode}
+            return proc.returncode
+        if sig == signal.SIGTERM and time.monotonic() > deadline:
+            sig = signal.SIGKILL
+            _signal_group(proc.pid, sig)
+        time.sleep(0.02)
+
+
+def _signal_group(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _device(ctx, model):

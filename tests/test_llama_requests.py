@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,28 @@ def test_decode_window_and_token_times() -> None:
         LlamaServerConfig.model_validate({"prompts": ["hi"], "n_predict": 8, "decode_window": [1, 8]})
     with pytest.raises(ValidationError, match="n_predict"):
         LlamaServerConfig.model_validate({"prompts": ["hi"], "n_predict": 8, "decode_window": [2, 9]})
+
+
+def test_stop_server_escalates_to_sigkill_and_takes_the_group(tmp_path: Path) -> None:
+    from runner.agent import RunContext
+    from runner.collectors import Collectors
+    from runner.llama import stop_server
+
+    ctx = RunContext({}, str(tmp_path), Collectors([], NATIVE_BIN, str(tmp_path), None))
+    # a "server" that ignores SIGTERM and has a child of its own in its process group
+    proc = ctx.spawn(["sh", "-c", "trap '' TERM; sleep 300 & echo $! > child.pid; wait"], name="stubborn")
+    child_pid_file = tmp_path / "child.pid"
+    while not child_pid_file.exists() or not child_pid_file.read_text().strip():
+        time.sleep(0.01)
+    child = int(child_pid_file.read_text())
+    try:
+        assert stop_server(ctx, proc, grace_s=0.2) == -9
+        assert ctx.rusage["stubborn"]["exit_code"] == -9
+        # the server's own child went with the group (gone, or a zombie waiting for init to reap it)
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        assert state in ("gone", "Z")
+    finally:
+        ctx.cleanup()
