@@ -156,3 +156,23 @@ def test_tegrastats_jetpack7_capture_parses() -> None:
     assert len(rows) == 2
     assert rows[0]["ram_used_mb"] == 2850 and rows[0]["gpu_freq_mhz"] == 305
     assert rows[0]["temp_tj_c"] == 46.843 and rows[1]["power_vdd_in_mw"] == 3462
+
+
+def test_the_runner_probe_runs_on_python_3_8(tmp_path: Path) -> None:
+    """JetPack 5 boards ship Python 3.8: the target side must not use anything newer."""
+    import glob
+    import shutil
+    import subprocess
+
+    candidates = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3.8")) + [shutil.which("python3.8") or ""]
+    runs = [c for c in candidates if c and subprocess.run([c, "-V"], capture_output=True, check=False).returncode == 0]
+    if not runs:
+        pytest.skip("python3.8 not installed here")
+    py38 = runs[0]
+    root = fb.jetson_tree(tmp_path / "root")
+    env = fb.jetson_env(root, fb.jetson_tools(tmp_path / "bin"))
+    done = subprocess.run([py38, "-m", "runner", "probe"], cwd=fb.REPO, capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, **env}, check=False)
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)
+    assert facts["platform_detected"] == "jetson" and facts["gpu_table_max_hz"] == 1_020_000_000
