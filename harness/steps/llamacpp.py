@@ -160,9 +160,9 @@ class LlamaServerStep(_LlamaStep):
         for number, line in enumerate(output.read_text().splitlines(), start=1):
             if line.strip():
                 try:
-                    record = json.loads(line)
-                    rows.append(request_row(record))
-                    tokens += token_rows(record)
+                    request = json.loads(line)
+                    rows.append(request_row(request))
+                    tokens += token_rows(request)
                 except (json.JSONDecodeError, KeyError, TypeError) as exc:
                     raise ParseError(f"{output.name}: bad request record ({exc})", line=number) from None
         return {"requests": rows, "tokens": tokens}
