@@ -4,6 +4,24 @@ Both read the binaries of the experiment's llama.cpp build from the run spec (``
 filled by the campaign) and the model from the experiment's named files (``model`` by default). ``args`` are
 the engine's own command-line arguments, templated from the matrix (``["-t", "{threads}"]``); the options the
 harness owns (model, output format, host, port) are refused there.
+
+    steps:
+      - llama-bench: {args: [-p, 16, -n, 32, -t, "{threads}", -r, 3, -lm, mmap]}
+      - llama-server:
+          args: [-t, "{threads}", -c, 512]
+          prompts: experiments/prompts/short.jsonl    # {"prompt": ...} per line, or an inline list
+          n_predict: 32
+          requests_per_prompt: 1                      # > 1: all prompts, then all again
+          decode_window: [129, 256]                   # optional: decode measured over these output tokens too
+          request: {ignore_eos: true}                 # optional extra /completion fields
+
+Tables: ``bench`` (one row per llama-bench test, every key of the build kept, plus ``test``, ``avg_tps``,
+``stddev_tps``, ``samples_tps``, ``model_size_bytes``), ``bench_samples`` (one row per repetition),
+``requests`` (one row per request: llama-server ``timings`` with ``prefill_tps``/``decode_tps``; for the
+windows ``request_``, ``prefill_``, ``decode_`` and ``window_``: seconds, ``dev_read_bytes``, ``dev_read_ios``,
+``dev_avg_read_io_bytes``, ``dev_avg_inflight``, ``dev_read_bytes_per_s``, and the server's ``majflt``,
+``utime_s``, ``stime_s``; ``residency_before_pct``, ``cold_reached``, per-token device bytes and faults) and
+``tokens`` (arrival time of every streamed token).
 """
 
 from __future__ import annotations
