@@ -60,6 +60,8 @@ def test_tegrastats_and_sampled_files_land_in_tables(tmp_path: Path) -> None:
     memory = pd.read_parquet(rs / "tables" / "memory.parquet")
     vm = memory[memory["source"] == "vmstat"]
     assert len(vm) >= 2 and "d_pgmajfault" in vm.columns and (vm["d_pgmajfault"].dropna() == 0).all()
+    reclaim = pd.read_parquet(rs / "tables" / "reclaim.parquet")
+    assert len(reclaim) == 1 and reclaim["pgmajfault"].iloc[0] == 0 and reclaim["samples"].iloc[0] >= 2
     record = json.loads(next((rs / "raw").rglob("run.json")).read_text())
     skipped = " ".join(record.get("collector_errors", []))
     assert "psi skipped (optional): /proc/pressure/* is not readable" in skipped
@@ -114,6 +116,19 @@ def test_tegrastats_tool_process_is_stopped_by_sigterm(tmp_path: Path) -> None:
 def test_vmstat_parser_reads_a_real_proc_vmstat() -> None:
     [row] = parse("vmstat", (LINUX / "proc-vmstat-debian12-6.18.txt").read_bytes())
     assert row["t_ns"] is None and row["pgmajfault"] >= 0 and "workingset_refault_file" in row
+
+
+def test_reclaim_summary_between_two_real_captures() -> None:
+    from harness.parsers.snapshots import reclaim_summary
+
+    text = b"".join(b"@ %d %d\n" % (t * 10**9, t) + (LINUX / name).read_bytes() for t, name in
+                    ((0, "proc-vmstat-debian12-6.18.txt"), (2400, "proc-vmstat-debian12-6.18-later.txt")))
+    summary = reclaim_summary(parse("vmstat", text))
+    assert summary["window_s"] == 2400 and summary["samples"] == 2
+    assert summary["pgmajfault"] == 59813 - 7052
+    assert summary["workingset_refault_file"] == 64651204 - 14065521
+    assert summary["pgscan_pages"] is not None and summary["pgscan_direct_pages"] is not None
+    assert reclaim_summary(parse("vmstat", text.split(b"@ 2400")[0])) == {}  # one snapshot: no window
 
 
 def test_psi_parser_reads_real_pressure_files() -> None:

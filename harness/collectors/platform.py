@@ -19,6 +19,7 @@ from pydantic import Field
 from harness.collectors import CollectorKind, Rows, register_collector
 from harness.config.validate import StrictModel
 from harness.errors import ToolMissingError
+from harness.parsers.snapshots import reclaim_summary
 
 
 class PlatformConfig(StrictModel):
@@ -64,8 +65,19 @@ class ToolClockMixin(PlatformCollector):
         return tables
 
 
+class VmstatCollector(PlatformCollector):
+    """/proc/vmstat rows, plus one ``reclaim`` row per run: what the run's window reclaimed and re-read."""
+
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        tables = super().ingest(run_dir, record)
+        summary = reclaim_summary(tables.get(self.table, []))
+        if summary:
+            tables["reclaim"] = [summary]
+        return tables
+
+
 def _kind(name: str, table: str, raw_file: str, parser: str, config: type[PlatformConfig], doc: str) -> None:
-    base = ToolClockMixin if name == "tegrastats" else PlatformCollector
+    base = {"tegrastats": ToolClockMixin, "vmstat": VmstatCollector}.get(name, PlatformCollector)
     cls = type(name.title().replace("_", ""), (base,),
                {"name": name, "table": table, "raw_file": raw_file, "parser": parser, "Config": config,
                 "__doc__": doc})

@@ -134,3 +134,33 @@ def parse_power(data: bytes) -> list[dict[str, Any]]:
             row[f"power_{name}_mw"] = abs(current * voltage) / 1e9 if voltage is not None else None
         rows.append(row)
     return rows
+
+
+RECLAIM_COUNTERS = ("pgmajfault", "workingset_refault_file", "workingset_refault_anon", "pswpin", "pswpout",
+                    "pgpgin", "pgpgout")
+
+
+def reclaim_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the whole sampled window reclaimed and re-read: first to last snapshot of /proc/vmstat.
+
+    pgscan/pgsteal are summed over their kswapd/direct/khugepaged variants (names differ by kernel);
+    ``direct`` reclaim (the reading thread itself stalls to free pages) is kept apart."""
+    if len(rows) < 2:
+        return {}
+    first, last = rows[0], rows[-1]
+
+    def delta(key: str) -> int | None:
+        a, b = first.get(key), last.get(key)
+        return b - a if isinstance(a, int) and isinstance(b, int) else None
+
+    out: dict[str, Any] = {"samples": len(rows)}
+    if first.get("t_ns") is not None and last.get("t_ns") is not None:
+        out["window_s"] = (last["t_ns"] - first["t_ns"]) / 1e9
+    for stem in ("pgscan", "pgsteal"):
+        keys = [k for k in last if k.startswith(stem + "_") and delta(k) is not None]
+        out[f"{stem}_pages"] = sum(delta(k) or 0 for k in keys) if keys else None
+        direct = [k for k in keys if k.startswith(stem + "_direct")]
+        out[f"{stem}_direct_pages"] = sum(delta(k) or 0 for k in direct) if direct else None
+    for key in RECLAIM_COUNTERS:
+        out[key] = delta(key)
+    return out

@@ -3,4 +3,4 @@
 SCHEMA_VERSION = 1
 INCOMPLETE_SUFFIX = ".incomplete"
 TABLES = ("runs", "fio", "reads", "blockstat", "threads", "facts",
-          "bench", "bench_samples", "requests", "tokens", "telemetry", "memory", "iostat")
+          "bench", "bench_samples", "requests", "tokens", "telemetry", "memory", "iostat", "reclaim")
