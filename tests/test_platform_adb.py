@@ -161,3 +161,26 @@ def test_command_building() -> None:
     line = detached_command(["python3", "-m", "runner"], "/data/w", "/data/w/runs/r.log")
     assert line.startswith("mkdir -p /data/w/runs && cd /data/w && (nohup python3 -m runner >> /data/w/runs/r.log")
     assert line.endswith("& echo $!)")
+
+
+def test_a_phone_without_python_is_probed_with_its_shell(server: FakeAdbServer, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from harness.platforms import PLATFORMS
+    from tests import fakeboard as fb
+
+    # the "phone" is this machine behind the fake adb server, with a getprop replaying a real capture
+    fb.android_tools(tmp_path / "bin", "getprop-pixel-8-pro.txt")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{__import__('os').environ['PATH']}")
+    target = Target(name="phone", platform="android", python="python-not-on-this-phone",
+                    transport={"adb": {"port": server.port}})
+    session = SimpleNamespace(target=target, transport=connect(target), python=target.python,
+                              runner_root=str(tmp_path))
+    facts = PLATFORMS["android"].probe(session, [])
+    assert facts["probe_method"].startswith("adb-shell")
+    assert (facts["model"], facts["soc"], facts["android_release"]) == ("Pixel 8 Pro", "Tensor G3", "14")
+    mem_total = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
+    assert facts["mem_total_bytes"] == mem_total and facts["kernel"]
+    [result] = PLATFORMS["android"].check({"android_release_min": 14}, facts, session)
+    assert result.ok

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.errors import TargetError
 from harness.parsers import ParseError, parse
 from harness.platforms import ExpectationResult, register_platform
 from harness.platforms import checks as C
@@ -27,7 +28,15 @@ class AndroidPlatform(LinuxPlatform):
     }
 
     def probe(self, session: Any, files: list[str], tools: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
-        return enrich(super().probe(session, files, tools))
+        try:
+            facts = super().probe(session, files, tools)
+        except TargetError:
+            # a phone reached by adb without Termux has no Python for the runner: read the basics
+            # with the phone's own shell instead, and say so
+            if getattr(session.transport, "name", "") != "adb":
+                raise
+            facts = shell_facts(session)
+        return enrich(facts)
 
     def check(self, expect: dict[str, Any], facts: dict[str, Any], session: Any) -> list[ExpectationResult]:
         results: list[ExpectationResult] = []
@@ -46,6 +55,45 @@ class AndroidPlatform(LinuxPlatform):
             elif name not in C.GATES:
                 rest[name] = expected
         return results + super().check(rest, facts, session)
+
+
+_SHELL_PROBE = (
+    "echo @@getprop; getprop; echo @@meminfo; cat /proc/meminfo; echo @@kernel; uname -r; "
+    "echo @@block; ls /sys/block; echo @@thermal; for z in /sys/class/thermal/thermal_zone*; do "
+    "echo \"$(cat $z/type 2>/dev/null) $(cat $z/temp 2>/dev/null)\"; done; echo @@power; "
+    "for p in /sys/class/power_supply/*; do echo \"${p##*/} $(cat $p/current_now 2>/dev/null) "
+    "$(cat $p/voltage_now 2>/dev/null)\"; done"
+)
+
+
+def shell_facts(session: Any) -> dict[str, Any]:
+    """Facts from ``sh`` alone (getprop, /proc, /sys), for a phone without Python."""
+    done = session.transport.run(["sh", "-c", _SHELL_PROBE], timeout=60).check()
+    sections: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in done.stdout.decode(errors="replace").splitlines():
+        if line.startswith("@@"):
+            current = sections.setdefault(line[2:], [])
+        else:
+            current.append(line)
+    mem = {k.strip(): v.split() for k, _, v in (line.partition(":") for line in sections.get("meminfo", []))}
+    thermal = {}
+    for line in sections.get("thermal", []):
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            thermal[parts[0]] = int(parts[1]) / 1000.0
+    power = {}
+    for line in sections.get("power", []):
+        parts = line.split()
+        if len(parts) == 3 and parts[1].lstrip("-").isdigit():
+            power[parts[0]] = {"current_now": int(parts[1]), "voltage_now": int(parts[2])}
+    total = mem.get("MemTotal")
+    return {"platform_detected": "android", "probe_method": "adb-shell (no Python on the phone)",
+            "getprop_raw": "\n".join(sections.get("getprop", [])),
+            "mem_total_bytes": int(total[0]) * 1024 if total else None,
+            "kernel": (sections.get("kernel") or [None])[0],
+            "block_devices": [b for b in sections.get("block", []) if b.startswith(("sd", "mmcblk", "nvme"))],
+            "thermal_c": thermal, "power_supply": power}
 
 
 def _version(text: str) -> tuple[int, ...]:
