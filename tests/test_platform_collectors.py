@@ -201,3 +201,13 @@ except KeyboardInterrupt:
     assert proc.stop() is None
     rows = parse("powermetrics", (tmp_path / "powermetrics.txt").read_bytes())
     assert [r["power_combined_mw"] for r in rows] == [1172, 445]
+
+
+def test_a_run_shorter_than_one_period_gives_no_rows_not_an_error(tmp_path: Path) -> None:
+    from harness.collectors import COLLECTORS
+
+    (tmp_path / "iostat.txt").write_text("              disk0\n    KB/t  tps  MB/s\n")
+    assert COLLECTORS["iostat"].ingest(tmp_path, {"spec": {}}) == {}
+    (tmp_path / "iostat.txt").write_text("garbage line\n")
+    with pytest.raises(ParseError):
+        COLLECTORS["iostat"].ingest(tmp_path, {"spec": {}})
