@@ -1,0 +1,28 @@
+"""The shipped board examples stay valid: targets load, the experiment validates, its expectations
+and collectors exist for the platform it names, and it plans."""
+
+from __future__ import annotations
+
+from harness.collectors import COLLECTORS
+from harness.config.experiment import load_experiment
+from harness.config.target import load_targets
+from harness.platforms import PLATFORMS
+from tests.conftest import REPO, run_cli
+
+EXAMPLES = REPO / "targets" / "examples"
+EXPERIMENT = REPO / "experiments" / "examples" / "jetson-board-state.yaml"
+
+
+def test_example_targets_load_with_their_platforms() -> None:
+    targets = load_targets(EXAMPLES)
+    assert {t.platform for t in targets.values()} == {"jetson", "android", "macos"}
+    assert targets["pixel-termux"].transport_options["port"] == 8022  # Termux's sshd
+
+
+def test_example_experiment_uses_known_expectations_and_collectors() -> None:
+    experiment = load_experiment(EXPERIMENT).experiment
+    target = load_targets(EXAMPLES)[experiment.targets[0]]
+    assert set(experiment.expect) <= set(PLATFORMS[target.platform].expectations)
+    assert set(experiment.collectors()) <= set(COLLECTORS)
+    done = run_cli("plan", str(EXPERIMENT), "--targets-dir", str(EXAMPLES))
+    assert done.returncode == 0, done.stderr
