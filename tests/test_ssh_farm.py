@@ -101,17 +101,22 @@ def test_two_boards_run_in_parallel(sshd: SshServer, tmp_path: Path, workdirs) -
 
 
 @pytest.fixture()
-def netns_board(tmp_path: Path) -> Iterator[SshServer]:
+def netns_pair(tmp_path: Path) -> Iterator[tuple[SshServer, NetnsBoard]]:
     reason = netns_unavailable()
     if reason:
         pytest.skip(reason)
     namespace = NetnsBoard(1).create()
     server = SshServer(tmp_path / "sshd-netns", address=namespace.board_addr, netns=namespace.name)
     try:
-        yield server.start()
+        yield server.start(), namespace
     finally:
         server.stop()
         namespace.destroy()
+
+
+@pytest.fixture()
+def netns_board(netns_pair: tuple[SshServer, NetnsBoard]) -> SshServer:
+    return netns_pair[0]
 
 
 def test_loopback_board_and_netns_board_in_parallel(sshd: SshServer, netns_board: SshServer, tmp_path: Path,
@@ -179,3 +184,58 @@ def test_interrupted_campaign_is_finished_by_resume(sshd: SshServer, tmp_path: P
     assert set(rs.table("fio")["run_id"]) == {r["run_id"] for r in before if r["step"] == "fio"}
     again = run_cli("run", "--resume", final.name, "--results", str(results), "--targets-dir", str(targets))
     assert again.returncode == 2 and "nothing to resume" in again.stderr
+
+
+def _reconnecting_to(address: str, port: int) -> bool:
+    """True while some socket of this host is in SYN_SENT to address:port (a reconnect attempt)."""
+    packed = int.from_bytes(bytes(int(x) for x in address.split(".")), "little")
+    want = f"{packed:08X}:{port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[2] == want and fields[3] == "02":
+            return True
+    return False
+
+
+def test_pulled_cable_mid_run_is_survived(netns_pair: tuple[SshServer, NetnsBoard], tmp_path: Path,
+                                          workdirs) -> None:  # noqa: ANN001
+    server, namespace = netns_pair
+    targets = tmp_path / "targets"
+    server.write_target(targets, "board", workdir=workdirs())
+    exp = tmp_path / "cable.yaml"
+    exp.write_text(TWO_STEPS.replace("rounds: 2", "rounds: 1"))
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(exp), "--targets-dir", str(targets),
+                             "--target", "board", "--results", str(results)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    down = False
+    try:
+        while True:  # the first run is running on the board
+            assert proc.poll() is None, proc.communicate()
+            sets = list(results.glob("*.incomplete")) if results.exists() else []
+            try:
+                manifest = json.loads((sets[0] / "manifest.json").read_text()) if sets else None
+            except (OSError, ValueError):
+                manifest = None
+            if manifest and manifest["runs"][0]["status"] == "running":
+                break
+            time.sleep(0.05)
+        subprocess.run(["ip", "link", "set", namespace.host_if, "down"], check=True)  # no RST, no FIN: silence
+        down = True
+        while not _reconnecting_to(server.address, server.port):  # the controller gave the link up ...
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        subprocess.run(["ip", "link", "set", namespace.host_if, "up"], check=True)  # ... and the cable is back
+        down = False
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if down:
+            subprocess.run(["ip", "link", "set", namespace.host_if, "up"], check=False)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out + err
+    assert "connection lost" in out
+    (path,) = list(results.iterdir())
+    rs = load_result_set(path)
+    assert rs.complete and [r["status"] for r in rs.manifest["runs"]] == ["ok", "ok"]
