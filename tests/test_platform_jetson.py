@@ -176,3 +176,16 @@ def test_the_runner_probe_runs_on_python_3_8(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     facts = json.loads(done.stdout)
     assert facts["platform_detected"] == "jetson" and facts["gpu_table_max_hz"] == 1_020_000_000
+
+
+def test_a_tag_probes_every_board_and_fails_if_one_does(tmp_path: Path) -> None:
+    targets, env = _board(tmp_path, gpu_table=fb.NON_SUPER_GPU_TABLE)
+    for name in ("orin-a", "orin-b"):
+        (targets / f"{name}.yaml").write_text(f"platform: jetson\ntransport: local\ntags: [farm]\n"
+                                              f"workdir: {tmp_path / name}\n")
+    done = run_cli("probe", "tag:farm", "--targets-dir", str(targets), "--format", "json",
+                   "--expect", "power_mode=MAXN_SUPER", env=env, timeout=120)
+    assert done.returncode == 1
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["target"] for line in lines] == ["orin-a", "orin-b"]
+    assert "2 target(s) failed an expectation; first: orin-a: power_mode" in done.stderr

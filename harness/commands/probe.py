@@ -1,4 +1,4 @@
-"""``harness probe TARGET``: the target's facts and, when given, its expectation results.
+"""``harness probe TARGET...``: targets' facts and, when given, their expectation results.
 
 Expectations come from an experiment's ``expect:`` block (``--experiment``) and/or ``--expect
 KEY=VALUE`` (VALUE is YAML: ``--expect nvme_link='{gts: 8, width: 4}'``); the options win. Exit 1
@@ -18,6 +18,7 @@ from rich.table import Table
 from harness.commands.common import TargetsDirOpt, console
 from harness.config.target import load_targets, select_targets
 from harness.errors import ExpectationError, UsageError
+from harness.platforms import PLATFORMS
 
 # Shown first in the table; everything else follows in name order (raw tool outputs last).
 HEADLINE = ("platform_detected", "board_model", "l4t_release", "power_mode_name", "power_mode_id", "gpu_table_max_hz",
@@ -43,14 +44,49 @@ def _value(value: Any) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def probe(target: str = typer.Argument(..., help="target name from targets/"),
-          expect: list[str] = typer.Option([], "--expect", help="KEY=VALUE expectation (repeatable)"),
-          experiment: Path = typer.Option(None, "--experiment", help="take the expect: block of this experiment"),
-          fmt: str = typer.Option("table", "--format", help="table or json"),
-          targets_dir: Path = TargetsDirOpt) -> None:
-    """Print a target's facts and check expectations (exit 1 if one fails)."""
+def _probe_one(chosen: Any, wanted: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
     from harness.session import open_session
 
+    known = PLATFORMS[chosen.platform].expectations
+    unknown = [name for name in wanted if name not in known]
+    if unknown:  # before connecting: a typo is not a board problem
+        raise UsageError(f"unknown expectation {unknown[0]!r} for platform {chosen.platform} "
+                         f"(known: {', '.join(known)})")
+    session = open_session(chosen)
+    try:
+        facts = session.platform.probe(session, [])
+        results = session.platform.check(wanted, facts, session) if wanted else []
+    finally:
+        session.close()
+    return facts, results
+
+
+def _print_table(chosen: Any, facts: dict[str, Any], results: list[Any]) -> None:
+    table = Table(title=f"{chosen.name} ({chosen.platform})", title_justify="left")
+    table.add_column("fact")
+    table.add_column("value", overflow="fold")
+    ordered = [k for k in HEADLINE if k in facts] + sorted(k for k in facts if k not in HEADLINE
+                                                          and not k.endswith("_raw"))
+    for key in ordered:
+        if facts[key] not in (None, {}, []):
+            table.add_row(key, _value(facts[key]))
+    console.print(table)
+    if results:
+        checks = Table(title="expectations", title_justify="left")
+        for col in ("expectation", "expected", "seen", "result", "why"):
+            checks.add_column(col, overflow="fold")
+        for r in results:
+            checks.add_row(r.name, _value(r.expected), _value(r.seen), "ok" if r.ok else "[red]FAILED[/]",
+                           r.message)
+        console.print(checks)
+
+
+def probe(targets: list[str] = typer.Argument(..., help="target names or tag:X (several boards at once)"),
+          expect: list[str] = typer.Option([], "--expect", help="KEY=VALUE expectation (repeatable)"),
+          experiment: Path = typer.Option(None, "--experiment", help="take the expect: block of this experiment"),
+          fmt: str = typer.Option("table", "--format", help="table, or json (one object per target per line)"),
+          targets_dir: Path = TargetsDirOpt) -> None:
+    """Print targets' facts and check expectations (exit 1 if one fails on any target)."""
     if fmt not in ("table", "json"):
         raise UsageError(f"--format: expected table or json, got {fmt!r}")
     wanted: dict[str, Any] = {}
@@ -59,43 +95,19 @@ def probe(target: str = typer.Argument(..., help="target name from targets/"),
 
         wanted.update(load_experiment(experiment).experiment.expect)
     wanted.update(parse_expect(expect))
-    chosen = select_targets([target], load_targets(targets_dir))[0]
-    session = open_session(chosen)
-    try:
-        known = session.platform.expectations
-        unknown = [name for name in wanted if name not in known]
-        if unknown:
-            raise UsageError(f"unknown expectation {unknown[0]!r} for platform {chosen.platform} "
-                             f"(known: {', '.join(known)})")
-        facts = session.platform.probe(session, [])
-        results = session.platform.check(wanted, facts, session) if wanted else []
-    finally:
-        session.close()
-    failed = [r for r in results if not r.ok]
-    if fmt == "json":
-        typer.echo(json.dumps({"target": chosen.name, "platform": chosen.platform, "facts": facts,
-                               "expectations": [r.__dict__ for r in results]}, indent=1, default=str))
-    else:
-        table = Table(title=f"{chosen.name} ({chosen.platform})", title_justify="left")
-        table.add_column("fact")
-        table.add_column("value", overflow="fold")
-        ordered = [k for k in HEADLINE if k in facts] + sorted(k for k in facts if k not in HEADLINE
-                                                              and not k.endswith("_raw"))
-        for key in ordered:
-            if facts[key] not in (None, {}, []):
-                table.add_row(key, _value(facts[key]))
-        console.print(table)
-        if results:
-            checks = Table(title="expectations", title_justify="left")
-            for col in ("expectation", "expected", "seen", "result", "why"):
-                checks.add_column(col, overflow="fold")
-            for r in results:
-                checks.add_row(r.name, _value(r.expected), _value(r.seen), "ok" if r.ok else "[red]FAILED[/]",
-                               r.message)
-            console.print(checks)
-    if failed:
-        raise ExpectationError(f"target {chosen.name}: {len(failed)} expectation(s) failed; first: "
-                               f"{failed[0].name}: {failed[0].message}")
+    failures: list[str] = []
+    for chosen in select_targets(targets, load_targets(targets_dir)):
+        facts, results = _probe_one(chosen, wanted)
+        if fmt == "json":
+            typer.echo(json.dumps({"target": chosen.name, "platform": chosen.platform, "facts": facts,
+                                   "expectations": [r.__dict__ for r in results]}, default=str))
+        else:
+            _print_table(chosen, facts, results)
+        failed = [r for r in results if not r.ok]
+        if failed:
+            failures.append(f"{chosen.name}: {failed[0].name}: {failed[0].message}")
+    if failures:
+        raise ExpectationError(f"{len(failures)} target(s) failed an expectation; first: {failures[0]}")
 
 
 def register(app: typer.Typer) -> None:
