@@ -177,11 +177,19 @@ def wait_healthy(ctx, proc, port, timeout_s):
         time.sleep(HEALTH_POLL_S)
 
 
-def _token_count(msg):
+def _running_count(msg, count):
+    """Tokens generated so far after this streamed message.
+
+    The server's own running count (``tokens_predicted``) is preferred: it holds back tokens that end in
+    an incomplete UTF-8 sequence and sends them later in one message, which still lists one token id.
+    """
+    predicted = msg.get("tokens_predicted")
+    if isinstance(predicted, int) and not isinstance(predicted, bool):
+        return max(count, predicted)
     tokens = msg.get("tokens")
     if tokens is not None:
-        return len(tokens)
-    return 1 if msg.get("content") else 0  # builds that do not stream token ids
+        return count + len(tokens)
+    return count + (1 if msg.get("content") else 0)  # builds that stream neither
 
 
 def stream_completion(port, body, timeout_s, on_tokens):
@@ -209,10 +217,10 @@ def stream_completion(port, body, timeout_s, on_tokens):
             msg = json.loads(line[5:].decode("utf-8", errors="replace"))
             if "error" in msg:
                 raise StepFailed("llama-server error: %s" % json.dumps(msg["error"])[:500])
-            n = _token_count(msg)
-            if n:
-                times.append(time.monotonic_ns())
-                count += n
+            now_ns, new_count = time.monotonic_ns(), _running_count(msg, count)
+            if new_count > count:
+                count = new_count
+                times.append(now_ns)
                 counts.append(count)
                 on_tokens(count)
             text.append(msg.get("content") or "")

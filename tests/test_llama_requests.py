@@ -186,3 +186,21 @@ def test_stop_server_escalates_to_sigkill_and_takes_the_group(tmp_path: Path) ->
         assert state in ("gone", "Z")
     finally:
         ctx.cleanup()
+
+
+def test_token_count_follows_the_servers_running_count() -> None:
+    from runner.llama import _running_count
+
+    # tokens 2 and 3 ended in incomplete UTF-8: the server held them back and sent them with token 4,
+    # listing one token id; its running count says where the stream really is
+    stream = [{"content": "a", "tokens": [10], "tokens_predicted": 1},
+              {"content": "\u00e9b", "tokens": [11], "tokens_predicted": 4},
+              {"content": "", "tokens": [], "stop": True, "tokens_predicted": 4}]
+    counts, count = [], 0
+    for msg in stream:
+        count = _running_count(msg, count)
+        counts.append(count)
+    assert counts == [1, 4, 4]
+    # builds without tokens_predicted: token ids, else one per message with text
+    assert _running_count({"tokens": [1, 2]}, 3) == 5 and _running_count({"content": "x"}, 3) == 4
+    assert _running_count({"content": "", "stop": True}, 3) == 3
