@@ -37,6 +37,10 @@ def test_prompts_file_is_read_into_the_spec(tmp_path: Path) -> None:
     # the prompts travel in the spec, so a remote target needs no copy of the file
     assert spec["prompts"] == config.prompts and spec["model"] == "/m/model.gguf" and spec["cache"] == "cold"
     assert spec["n_predict"] == 16 and spec["timeout_s"] > 0
+    assert spec["request"] == {"ignore_eos": True}  # fixed decode length unless asked otherwise
+    natural = LlamaServerConfig.model_validate({"prompts": ["hi"], "ignore_eos": False, "request": {"top_k": 1}})
+    assert STEPS["llama-server"].runner_spec(natural, {"model": "/m"}, "warm")["request"] == {
+        "ignore_eos": False, "top_k": 1}
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "fine"}\n{"text": "no prompt key"}\n')
     with pytest.raises(ValidationError, match="bad.jsonl:2"):

@@ -103,7 +103,6 @@ def test_llama_bench_step_rows_and_samples(tmp_path: Path, llama_bin_dir: str, t
 @pytest.mark.parametrize("cache", ["cold", "warm"])
 def test_llama_server_step_per_request(tmp_path: Path, llama_bin_dir: str, tiny_moe: SynthInfo, cache: str) -> None:
     options = {"args": ["-t", 1, "-c", 512, "-np", 1], "prompts": str(PROMPTS), "n_predict": 8,
-               "request": {"ignore_eos": True},  # exactly n_predict tokens whatever the random weights say
                "decode_window": [3, 8]}
     record, tables = run_step(tmp_path, "llama-server", options, tiny_moe.path, llama_bin_dir, cache)
     assert record["status"] == "ok", record["error"]
@@ -164,7 +163,6 @@ steps:
       args: [-t, "{threads}", -c, 512, -np, 1]
       prompts: tests/data/llama/prompts.jsonl
       n_predict: 8
-      request: {ignore_eos: true}
 """
 
 

@@ -13,7 +13,8 @@ harness owns (model, output format, host, port) are refused there.
           n_predict: 32
           requests_per_prompt: 1                      # > 1: all prompts, then all again
           decode_window: [129, 256]                   # optional: decode measured over these output tokens too
-          request: {ignore_eos: true}                 # optional extra /completion fields
+          ignore_eos: true                            # the default: always n_predict tokens
+          request: {top_k: 1}                         # optional extra /completion fields
 
 Tables: ``bench`` (one row per llama-bench test, every key of the build kept, plus ``test``, ``avg_tps``,
 ``stddev_tps``, ``samples_tps``, ``model_size_bytes``), ``bench_samples`` (one row per repetition),
@@ -93,7 +94,10 @@ class LlamaServerConfig(StrictModel):
     requests_per_prompt: Annotated[int, Field(ge=1)] = 1
     # measure decode over output tokens a..b as well (InferSSD reports tokens 129-256)
     decode_window: tuple[int, int] | None = None
-    # extra /completion fields, e.g. {ignore_eos: true} for a fixed decode length
+    # every request decodes exactly n_predict tokens (as llama-bench's tg does), so decode numbers stay
+    # comparable across variants even when a change moves the point where the model would stop
+    ignore_eos: bool = True
+    # extra /completion fields (e.g. {top_k: 1}); prompt, n_predict and stream belong to the harness
     request: dict[str, Any] = Field(default_factory=dict)
     health_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     timeout_s: Annotated[float, Field(gt=0)] | None = None
@@ -166,7 +170,8 @@ class LlamaServerStep(_LlamaStep):
         # prompts travel inside the spec: the target needs no copy of the prompts file
         return {"model": files[config.model], "args": list(config.args), "prompts": list(config.prompts),
                 "n_predict": config.n_predict, "requests_per_prompt": config.requests_per_prompt,
-                "cache": cache, "request": dict(config.request), "health_timeout_s": config.health_timeout_s,
+                "cache": cache, "request": {"ignore_eos": config.ignore_eos, **config.request},
+                "health_timeout_s": config.health_timeout_s,
                 "decode_window": list(config.decode_window) if config.decode_window else None,
                 "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 600}
 
