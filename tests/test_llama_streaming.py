@@ -1,0 +1,58 @@
+"""The phenomenon, measured per request: an MoE larger than its memory budget streams experts from disk.
+
+A synthetic qwen3moe of ~200 MB runs in llama-server inside a 96 MiB memory cgroup (read_ahead_kb 128):
+each decoded token must bring its routed experts back from the device. Unlimited and warm, it reads nothing.
+Device counters are machine-wide (other disk users only add to them), so the budgeted case is asserted as a
+lower bound on device bytes and the unlimited warm case on the server's own major faults.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.conftest import run_cli
+
+EXPERIMENT = """\
+name: streaming
+model: {{synth: {{size: 200M}}}}
+cache: {cache}
+steps:
+  - llama-server:
+      args: [-t, 1, -c, 256, -np, 1]
+      prompts: tests/data/llama/prompts.jsonl
+      n_predict: 8
+"""
+
+
+def _campaign(tmp_path: Path, cache: str, emulate: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    exp = tmp_path / "streaming.yaml"
+    exp.write_text(EXPERIMENT.format(cache=cache) + emulate)
+    done = run_cli("run", str(exp), "--results", str(tmp_path / "results"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (result_set,) = (tmp_path / "results").iterdir()
+    manifest = json.loads((result_set / "manifest.json").read_text())
+    return pd.read_parquet(result_set / "tables" / "requests.parquet"), manifest
+
+
+@pytest.mark.slow
+def test_decode_streams_experts_under_a_budget(tmp_path: Path) -> None:
+    limited, manifest = _campaign(tmp_path, "cold", "emulate: {memory: 96M, read_ahead_kb: 128}\n")
+    expert_bytes_per_token = manifest["files"]["local"]["model"]["gguf"]["expert_bytes_per_token"]
+    assert len(limited) == 3 and (limited["predicted_n"] == 8).all()
+    # at least half of every token's routed experts came from the device, in the decode window alone
+    assert (limited["decode_dev_read_bytes_per_token"] >= 0.5 * expert_bytes_per_token).all(), \
+        limited[["decode_dev_read_bytes_per_token"]].to_string()
+    assert (limited["decode_majflt_per_token"] > 0).all()
+
+
+@pytest.mark.slow
+def test_warm_without_a_budget_reads_nothing(tmp_path: Path) -> None:
+    requests, _ = _campaign(tmp_path, "warm", "")
+    assert len(requests) == 3 and (requests["residency_before_pct"] >= 99).all()
+    # the server never waited for the device: no major fault in any request
+    assert (requests["request_majflt"] == 0).all()
