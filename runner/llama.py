@@ -163,10 +163,21 @@ def _health(port):
         conn.close()
 
 
+def has_exited(proc):
+    """True once the process has exited, without reaping it (stop_server reaps it and keeps its rusage)."""
+    if proc.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return proc.poll() is not None
+
+
 def wait_healthy(ctx, proc, port, timeout_s):
     deadline = time.monotonic() + timeout_s
     while True:
-        if proc.poll() is not None:
+        if has_exited(proc):
+            stop_server(ctx, proc)  # reaps: exit status and rusage (majflt, maxrss) of a server that died
             raise StepFailed("llama-server exited with %s before it was healthy: %s"
                              % (proc.returncode, tail(ctx.path("llama-server.stderr"), 8)))
         if _health(port) == 200:
@@ -297,7 +308,8 @@ def run_llama_server(ctx, spec):
                 out.flush()  # a later failure keeps the requests already measured
                 summary["requests"] += 1
     except StepFailed as exc:
-        if proc is not None and proc.poll() is not None and "exited" not in str(exc):
+        if proc is not None and has_exited(proc) and "exited" not in str(exc):
+            stop_server(ctx, proc)
             exc.args = ("%s (llama-server exited with %s: %s)" % (exc, proc.returncode,
                                                                   tail(ctx.path("llama-server.stderr"), 8)),)
         raise

@@ -56,3 +56,18 @@ def test_warm_without_a_budget_reads_nothing(tmp_path: Path) -> None:
     assert len(requests) == 3 and (requests["residency_before_pct"] >= 99).all()
     # the server never waited for the device: no major fault in any request
     assert (requests["request_majflt"] == 0).all()
+
+
+@pytest.mark.slow
+def test_budget_too_small_is_a_failed_run_with_the_evidence(tmp_path: Path) -> None:
+    exp = tmp_path / "streaming.yaml"
+    exp.write_text(EXPERIMENT.format(cache="cold") + "emulate: {memory: 16M}\n")
+    done = run_cli("run", str(exp), "--results", str(tmp_path / "results"))
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    (result_set,) = (tmp_path / "results").iterdir()
+    (run_json,) = result_set.glob("raw/local/*/run.json")
+    record = json.loads(run_json.read_text())
+    assert record["status"] == "failed"
+    assert "llama-server exited with -9" in record["error"] and "OOM" in record["error"]
+    # the killed server was reaped by the step: its exit status and faults are in the record
+    assert record["rusage"]["llama-server"]["exit_code"] == -9
