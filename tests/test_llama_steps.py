@@ -21,6 +21,7 @@ import pytest
 
 from harness.engines.llamacpp import CPU_NATIVE_FLAGS, DEFAULT_CACHE_DIR, BuildInfo, build_llamacpp
 from harness.models.synth import SynthInfo, synth_moe
+from harness.parsers import parse
 from harness.steps import STEPS
 from tests.conftest import REPO, run_cli
 
@@ -138,6 +139,9 @@ def test_llama_server_step_per_request(tmp_path: Path, llama_bin_dir: str, tiny_
             assert row["request_majflt"] > 0 and row["request_dev_read_bytes"] > 0
         else:
             assert row["residency_before_pct"] >= 99.0 and row["request_majflt"] == 0
+    # `harness parse llama-server` reads the runner's records as it reads saved responses
+    saved = parse("llama-server", (tmp_path / "run" / "requests.jsonl").read_bytes())
+    assert [r["predicted_n"] for r in saved] == [8, 8, 8]
     # every token's arrival, one streamed message per token
     assert [t["token"] for t in tables["tokens"]] == list(range(1, 9)) * 3
     assert record["summary"]["requests"] == 3 and record["rusage"]["llama-server"]["exit_code"] == 0
@@ -265,3 +269,19 @@ def test_runner_stopped_mid_request_leaves_no_server(tmp_path: Path, llama_bin_d
     # the requests measured before the stop are kept and ingest
     rows = step.ingest(tmp_path, record)["requests"]
     assert len(rows) >= 2 and all(r["predicted_n"] == 400 for r in rows)
+
+
+@pytest.mark.slow
+def test_cold_and_warm_requests_generate_the_same_text(tmp_path: Path, llama_bin_dir: str,
+                                                       tiny_moe: SynthInfo) -> None:
+    # temperature 0: paging the weights out and back in must not change a single byte of the output
+    options = {"args": ["-t", 1, "-c", 512, "-np", 1], "prompts": str(PROMPTS), "n_predict": 16}
+    texts = {}
+    for cache in ("cold", "warm"):
+        (tmp_path / cache).mkdir()
+        record, _ = run_step(tmp_path / cache, "llama-server", options, tiny_moe.path, llama_bin_dir, cache)
+        assert record["status"] == "ok", record["error"]
+        lines = (tmp_path / cache / "run" / "requests.jsonl").read_text().splitlines()
+        texts[cache] = [json.loads(line)["content"] for line in lines]
+    assert len(texts["cold"]) == 3 and all(texts["cold"])
+    assert texts["cold"] == texts["warm"]
