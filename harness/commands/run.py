@@ -17,7 +17,7 @@ from harness.config.target import load_targets, select_targets
 from harness.errors import UsageError
 from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.plan import PlannedRun, build_plan
-from harness.report import fio_summary, read_summary
+from harness.report import bench_summary, fio_summary, read_summary, request_summary
 from harness.results.loader import find_result_set, load_result_set
 
 
@@ -53,6 +53,14 @@ def print_summary(result: CampaignResult) -> None:
     reads = read_summary(rs)
     if not reads.empty:
         console.print(frame_table(reads.drop(columns=["target"]), "read baseline: device bytes vs file bytes"))
+    bench = bench_summary(rs)
+    if not bench.empty:
+        console.print(frame_table(bench, "llama-bench (tok/s, mean over runs)"))
+    requests = request_summary(rs)
+    if not requests.empty:
+        columns = ["cell", "requests", "decode tok/s", "sd", "dev MB/s", "MB/token"]
+        console.print(frame_table(requests[[c for c in columns if c in requests]],
+                                  "llama-server requests: decode and the device"))
     for figure in result.figures:
         if figure.suffix == ".png":
             console.print(f"figure: {figure}")
