@@ -78,6 +78,8 @@ def test_server_stream_and_jsonl() -> None:
     assert (row["cache_n"], row["predicted_n"], row["decode_tps"], row["draft_n_accepted"]) == (0, 4, 425.5, 2)
     lines = SERVER.read_text().strip() + "\n" + json.dumps(final) + "\n"
     assert [r["predicted_n"] for r in parse("llama-server", lines.encode())] == [600, 4]
+    array = json.dumps([json.loads(SERVER.read_text()), final], indent=2)
+    assert [r["response"] for r in parse("llama-server", array.encode())] == [0, 1]
     with pytest.raises(ParseError, match="error: model is loading"):
         parse("llama-server", b'{"error": {"code": 503, "message": "model is loading"}}')
 

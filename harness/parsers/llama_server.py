@@ -1,9 +1,9 @@
 """llama-server ``/completion`` responses -> one row per response that carries ``timings``.
 
-Reads a saved response (one JSON object), JSONL of responses (or of the runner's requests.jsonl records,
-which keep ``timings`` at the top level), or a captured SSE stream (``data: {...}`` lines, where only the
-final message has ``timings``). Older builds lack ``cache_n``; ``draft_n``/``draft_n_accepted`` appear only
-with speculative decoding: those columns are None when absent.
+Reads a saved response (one JSON object, or an array of them), JSONL of responses (or of the runner's
+requests.jsonl records, which keep ``timings`` at the top level), or a captured SSE stream (``data: {...}``
+lines, where only the final message has ``timings``). Older builds lack ``cache_n``;
+``draft_n``/``draft_n_accepted`` appear only with speculative decoding: those columns are None when absent.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ def timings_row(response: dict[str, Any]) -> dict[str, Any]:
 
 def _objects(text: str) -> list[tuple[int, Any]]:
     stripped = text.strip()
-    if stripped.startswith("{"):
+    if stripped.startswith(("{", "[")):
         try:
-            return [(1, json.loads(stripped))]  # one (possibly pretty-printed) response
+            doc = json.loads(stripped)  # one (possibly pretty-printed) response, or an array of them
+            return [(1, item) for item in doc] if isinstance(doc, list) else [(1, doc)]
         except json.JSONDecodeError:
             pass  # JSONL: one response per line
     objects = []
