@@ -99,6 +99,12 @@ def test_request_row_splits_prefill_and_decode() -> None:
     record["residency_before_pct"], record["pageout"] = 40.0, {"error": "process_madvise: Function not implemented"}
     row = request_row(record)
     assert row["cold_reached"] is False and "not implemented" in row["pageout_error"]
+    assert "output_sha256" not in row  # no text recorded
+    record.update(cache="warm", residency_before_pct=99.5, content="héllo")
+    row = request_row(record)
+    assert row["warm_reached"] is True and "cold_reached" not in row
+    # sha256 of the UTF-8 text (printf 'héllo' | sha256sum)
+    assert row["output_sha256"] == "3c48591d8d098a4538f5e013dfcf406e948eac4d3277b10bf614e295d6068179"
 
 
 def test_request_without_first_token_keeps_its_row() -> None:

@@ -21,12 +21,13 @@ Tables: ``bench`` (one row per llama-bench test, every key of the build kept, pl
 ``requests`` (one row per request: llama-server ``timings`` with ``prefill_tps``/``decode_tps``; for the
 windows ``request_``, ``prefill_``, ``decode_`` and ``window_``: seconds, ``dev_read_bytes``, ``dev_read_ios``,
 ``dev_avg_read_io_bytes``, ``dev_avg_inflight``, ``dev_read_bytes_per_s``, and the server's ``majflt``,
-``utime_s``, ``stime_s``; ``residency_before_pct``, ``cold_reached``, per-token device bytes and faults) and
-``tokens`` (arrival time of every streamed token).
+``utime_s``, ``stime_s``; ``residency_before_pct``, ``cold_reached``/``warm_reached``, ``output_sha256``,
+per-token device bytes and faults) and ``tokens`` (arrival time of every streamed token).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
@@ -41,7 +42,8 @@ from harness.parsers.llama_server import timings_row
 from harness.steps import Rows, StepKind, register_step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-COLD_MAX_PCT = 1.0  # as runner/cache.py: cold means at most 1 % of the model resident
+# as runner/cache.py: cold means at most 1 % of the model resident, warm at least 99 %
+COLD_MAX_PCT, WARM_MIN_PCT = 1.0, 99.0
 Arg = str | int | float
 
 
@@ -245,11 +247,17 @@ def request_row(rec: dict[str, Any]) -> dict[str, Any]:
                            "t_ns": start["mono_ns"] if start else None,
                            "t_first_token_ns": first["mono_ns"] if first else None,
                            "t_end_ns": end["mono_ns"] if end else None}
+    residency = rec.get("residency_before_pct")
     if rec.get("cache") == "cold":
         # the DESIGN's bound for a cold start; where the kernel cannot page out a mapping, rows say so
-        residency = rec.get("residency_before_pct")
         row["cold_reached"] = residency is not None and residency <= COLD_MAX_PCT
         row["pageout_error"] = (rec.get("pageout") or {}).get("error")
+    elif rec.get("cache") == "warm":
+        # under a memory budget earlier requests may have pushed part of the model out again
+        row["warm_reached"] = residency is not None and residency >= WARM_MIN_PCT
+    if rec.get("content") is not None:
+        # same model, prompt and greedy sampling: variants that only move bytes must print the same text
+        row["output_sha256"] = hashlib.sha256(rec["content"].encode("utf-8", errors="replace")).hexdigest()
     row.update(timings_row(rec) if rec.get("timings") else {})
     row.update(window(start, end, "request_"))
     row.update(window(start, first, "prefill_"))
