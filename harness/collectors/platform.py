@@ -50,7 +50,7 @@ class PlatformCollector(CollectorKind):
         return tables
 
 
-class ToolClockMixin(PlatformCollector):
+class WallClockCollector(PlatformCollector):
     """Rows of a tool that stamps wall-clock seconds (tegrastats) get ``t_ns`` on the run's monotonic
     axis from the clock pair the runner wrote at start; rows without a stamp are spaced by the period."""
 
@@ -85,7 +85,7 @@ class VmstatCollector(PlatformCollector):
 
 
 def _kind(name: str, table: str, raw_file: str, parser: str, config: type[PlatformConfig], doc: str) -> None:
-    base = {"tegrastats": ToolClockMixin, "vmstat": VmstatCollector}.get(name, PlatformCollector)
+    base = {"tegrastats": WallClockCollector, "vmstat": VmstatCollector}.get(name, PlatformCollector)
     cls = type(name.title().replace("_", ""), (base,),
                {"name": name, "table": table, "raw_file": raw_file, "parser": parser, "Config": config,
                 "__doc__": doc})
