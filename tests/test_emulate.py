@@ -178,7 +178,7 @@ def test_iops_throttle_is_applied(workdir: Path, native_bin: str, files: dict) -
     assert record["status"] == "ok", record["error"]
     result, emu = read_result(spec), record["emulation"]
     assert emu["effective"]["read_iops"] == 500
-    assert emu["stats"]["io_read_ios"] >= 1024
+    assert emu["stats"]["io_read_ios"] >= 0.9 * 1024  # the reads went through the throttled cgroup
     assert emu["stats"]["io_read_ios"] / result["elapsed_s"] <= 500 * 1.2
 
 
