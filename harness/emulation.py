@@ -123,8 +123,8 @@ def _cells(experiment: Any) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------------- results
 _EFFECTIVE = ("memory_bytes", "memory_swap_bytes", "read_bytes_per_s", "read_iops", "read_ahead_kb")
-_STATS = ("memory_peak_bytes", "memory_failcnt", "oom_kill", "pgmajfault", "cache_bytes", "rss_bytes",
-          "io_read_bytes", "io_read_ios")
+_STATS = ("memory_peak_bytes", "memory_failcnt", "oom_kill", "pgmajfault", "cache_bytes", "io_read_bytes",
+          "io_read_ios")
 
 
 def emulation_columns(record: dict[str, Any] | None) -> dict[str, Any]:

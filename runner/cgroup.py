@@ -217,19 +217,19 @@ def set_io(path, majmin, bps, iops):
 
 
 def memory_stats(path):
-    """Peak (page cache included), limit hits, OOM kills, major faults, cache and anon bytes."""
+    """Peak (page cache included), limit hits, OOM kills, major faults, and the page cache still
+    charged once the processes are gone (their anonymous memory is freed by then: not reported)."""
     if os.path.exists(os.path.join(path, "memory.limit_in_bytes")):  # v1
         stat = keyed(read(os.path.join(path, "memory.stat")))
         return {"memory_peak_bytes": to_int(read(os.path.join(path, "memory.max_usage_in_bytes"))),
                 "memory_failcnt": to_int(read(os.path.join(path, "memory.failcnt"))),
                 "oom_kill": keyed(read(os.path.join(path, "memory.oom_control"))).get("oom_kill"),
                 "pgmajfault": stat.get("total_pgmajfault", stat.get("pgmajfault")),
-                "cache_bytes": stat.get("total_cache", stat.get("cache")),
-                "rss_bytes": stat.get("total_rss", stat.get("rss"))}
+                "cache_bytes": stat.get("total_cache", stat.get("cache"))}
     stat, events = keyed(read(os.path.join(path, "memory.stat"))), keyed(read(os.path.join(path, "memory.events")))
     return {"memory_peak_bytes": to_int(read(os.path.join(path, "memory.peak"))),  # kernel >= 5.19
             "memory_failcnt": events.get("max"), "oom_kill": events.get("oom_kill"),
-            "pgmajfault": stat.get("pgmajfault"), "cache_bytes": stat.get("file"), "rss_bytes": stat.get("anon")}
+            "pgmajfault": stat.get("pgmajfault"), "cache_bytes": stat.get("file")}
 
 
 def io_stats(path, majmin):

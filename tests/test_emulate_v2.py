@@ -84,5 +84,5 @@ def test_v2_stats_are_read_from_the_kernel_files(v2_root: Path) -> None:
                                   "8:0 rbytes=1 wbytes=2 rios=3 wios=4 dbytes=0 dios=0\n")
     assert cgroup.memory_stats(str(path)) == {
         "memory_peak_bytes": 500 * MiB, "memory_failcnt": 1234, "oom_kill": 1, "pgmajfault": 4321,
-        "cache_bytes": 480 * MiB, "rss_bytes": 10 * MiB}
+        "cache_bytes": 480 * MiB}
     assert cgroup.io_stats(str(path), "259:0") == {"io_read_bytes": 1048576000, "io_read_ios": 16000}
