@@ -122,6 +122,7 @@ def _cells(experiment: Any) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------- results
+AT_LIMIT_FRACTION = 0.95
 _EFFECTIVE = ("memory_bytes", "memory_swap_bytes", "read_bytes_per_s", "read_iops", "read_ahead_kb")
 _STATS = ("memory_peak_bytes", "memory_failcnt", "oom_kill", "pgmajfault", "cache_bytes", "io_read_bytes",
           "io_read_ios")
@@ -142,6 +143,9 @@ def emulation_columns(record: dict[str, Any] | None) -> dict[str, Any]:
     row["emu_read_ahead_kb_original"] = emu.get("read_ahead_kb_original")
     for key in _STATS:
         row[f"emu_{key}"] = stats.get(key)
+    # whether the budget bound the run; failcnt can stay 0 on recent kernels even when it did
+    peak, limit = row.get("emu_memory_peak_bytes"), row.get("emu_memory_bytes")
+    row["emu_memory_at_limit"] = bool(peak >= AT_LIMIT_FRACTION * limit) if peak and limit else None
     row["emu_cgroups_removed"] = emu.get("cgroups_removed")
     if emu.get("teardown_errors"):
         row["emu_teardown_errors"] = "; ".join(emu["teardown_errors"])

@@ -86,7 +86,7 @@ def test_emulated_campaign_records_settings_everywhere(tmp_path: Path) -> None:
     for ra in (128, 256):
         assert runs.loc[ra, "emu_read_ahead_kb"] == runs.loc[ra, "emu_read_ahead_kb_seen"] == ra
     assert (runs["emu_memory_bytes"] == 16 * MiB).all() and (runs["emu_read_bytes_per_s"] == 200 * MiB).all()
-    assert (runs["emu_memory_peak_bytes"] <= 17 * MiB).all()
+    assert (runs["emu_memory_peak_bytes"] <= 17 * MiB).all() and runs["emu_memory_at_limit"].all()
     assert (runs["emu_io_read_bytes"] >= 31 * MiB).all() and runs["emu_cgroups_removed"].all()
     record = json.loads(next((rs.path / "raw" / "local").glob("*-128-cold-r1/run.json")).read_text())
     assert record["emulation"]["requested"] == {"memory": "16M", "read_bytes_per_s": "200M", "read_ahead_kb": 128}
