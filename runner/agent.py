@@ -172,16 +172,16 @@ def run(spec_path):
     except Exception as exc:  # a runner bug must still leave a record and a DONE
         record.update(status="error", error="runner error: %r" % exc, traceback=traceback.format_exc())
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for signum in STOP_SIGNALS:  # nothing may cut the clean-up short
+            signal.signal(signum, signal.SIG_IGN)
         ctx.cleanup()
+        record.setdefault("step_ended", now())
+        record.setdefault("blockstat_after", blockstat_line(device))
         record["emulation"] = emulation.teardown()  # after the step's processes: stats, rmdir, restore
         oom = ((record["emulation"] or {}).get("stats") or {}).get("oom_kill")
         if oom and record["status"] != "ok":
             record["error"] = "%s (OOM: %d process(es) killed for exceeding the emulated memory budget of %.0f MiB)" % (
                 record["error"], oom, emulation.wanted.get("memory_bytes", 0) / 1048576.0)
-        record.setdefault("step_ended", now())
-        record.setdefault("blockstat_after", blockstat_line(device))
         sampler_errors = collectors.stop_all()
         if sampler_errors:
             record["collector_errors"] = sampler_errors
