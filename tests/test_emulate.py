@@ -211,13 +211,24 @@ def test_read_ahead_restored_when_the_step_fails(workdir: Path, native_bin: str,
 
 
 def _wait_until_step_runs(spec: Path, proc: subprocess.Popen[bytes]) -> None:
-    """Until the reader (not the runner forking it) is running inside the run's cgroup."""
+    """Until the reader (not the runner forking it) is running inside the run's cgroups."""
     deadline = time.monotonic() + 60
-    while not any("runner.readfile" in line and str(spec.parent) in line
-                  for line in _processes_mentioning(str(spec.parent))):
+    while True:
+        readers = [line for line in _processes_mentioning(str(spec.parent)) if "runner.readfile" in line]
+        if readers:
+            break
         assert proc.poll() is None and time.monotonic() < deadline, "the step never started"
         time.sleep(0.05)
-    assert _harness_cgroups_mentioning(spec.parent.name)
+    pid = readers[0].split(":")[0]
+    membership = Path(f"/proc/{pid}/cgroup").read_text()
+    # in the run's cgroup for every emulated resource; the runner itself stays outside
+    wanted = json.loads(spec.read_text())["emulate"]
+    for controller, needed in (("memory", "memory_bytes" in wanted), ("blkio", "read_bytes_per_s" in wanted)):
+        lines = membership.splitlines()  # v1: 'N:memory:/path'; v2 only: '0::/path'
+        line = next((x for x in lines if controller in x.split(":")[1].split(",")),
+                    next(x for x in lines if x.startswith("0::")))
+        assert line.endswith(f"/harness/{spec.parent.name}") == needed, (controller, line)
+    assert spec.parent.name not in Path(f"/proc/{proc.pid}/cgroup").read_text()
 
 
 def test_read_ahead_restored_when_the_runner_is_sigtermed(workdir: Path, native_bin: str, files: dict) -> None:
