@@ -174,4 +174,7 @@ def emulation_note(runs: pd.DataFrame | None) -> str:
         shown = _values(runs, column, fmt)
         if shown:
             parts.append(f"{label} {shown}")
-    return "emulated: " + (" · ".join(parts) if parts else "yes")
+    versions = sorted({part.split(":")[1] for value in runs.get("emu_backend", pd.Series(dtype=object)).dropna()
+                       for part in str(value).split(",") if ":" in part})
+    how = f" (cgroup {'/'.join(versions)})" if versions else ""
+    return f"emulated{how}: " + (" · ".join(parts) if parts else "yes")

@@ -93,7 +93,8 @@ def test_emulated_campaign_records_settings_everywhere(tmp_path: Path) -> None:
     assert record["emulation"]["effective"]["memory_bytes"] == 16 * MiB
     # a figure made from these runs says so, in its footer and in its metadata
     svg = (rs.path / "figures" / "read_accounting.svg").read_text()
-    assert "emulated: memory 16.0 MiB" in svg and "read_ahead_kb 128|256" in svg
+    versions = "/".join(sorted({version for version, _where in cgroup.detect().values()}))
+    assert f"emulated (cgroup {versions}): memory 16.0 MiB" in svg and "read_ahead_kb 128|256" in svg
 
 
 def _pids_with(*words: str) -> list[int]:
