@@ -230,7 +230,8 @@ class Emulation:
             raise EmulationError(refusal(missing))
         waited = time.monotonic()
         self.lock_fd = _lock(blocking=True)
-        self.record["lock_wait_s"] = round(time.monotonic() - waited, 3)
+        started = time.monotonic()
+        self.record["lock_wait_s"] = round(started - waited, 3)
         leftover = _repair_locked()  # a runner that died while we waited for its lock
         if leftover:
             self.record["repaired"] = leftover
@@ -250,6 +251,7 @@ class Emulation:
             self.record["effective"] = self._apply(plan)
         except OSError as exc:
             raise EmulationError("emulation setup failed: %s" % exc) from None
+        self.record["setup_s"] = round(time.monotonic() - started, 4)  # harness overhead, per run
         return self.record
 
     def _apply(self, plan):
@@ -300,12 +302,14 @@ class Emulation:
         if not self.active:
             return None
         errors = []
+        started = time.monotonic()
         try:
             self._undo(errors)
         except Exception as exc:  # noqa: BLE001 - run.json must still be written; the state file stays
             errors.append("teardown: %r" % exc)
         _unlock(self.lock_fd)
         self.lock_fd = None
+        self.record["teardown_s"] = round(time.monotonic() - started, 4)
         if errors:
             self.record["teardown_errors"] = errors
         return self.record
