@@ -144,6 +144,17 @@ def test_memory_budget_bounds_a_cold_read_of_a_bigger_file(workdir: Path, native
     assert emu["cgroups_removed"] is True and not os.path.exists(emu["cgroups"]["memory"])
 
 
+def test_warm_under_a_budget_reads_the_host_cache_outside_it(workdir: Path, native_bin: str, files: dict) -> None:
+    # warm = the file is resident in the host's page cache, charged outside the budget (README)
+    spec = make_spec(workdir, native_bin, files["big"], {"memory_bytes": 64 * MiB}, cache="warm")
+    record = run_runner(spec)
+    assert record["status"] == "ok", record["error"]
+    assert record["cache"]["before"][0]["resident_pct"] >= 99.0
+    assert record["rusage"]["read"]["storage_read_bytes"] <= 0.01 * 256 * MiB  # no device I/O
+    stats = record["emulation"]["stats"]
+    assert stats["memory_peak_bytes"] <= 64 * MiB and stats["cache_bytes"] <= 8 * MiB  # none of it charged here
+
+
 def test_a_budget_too_small_is_an_oom_kill_recorded_as_a_failed_run(workdir: Path, native_bin: str,
                                                                      files: dict) -> None:
     spec = make_spec(workdir, native_bin, files["small"], {"memory_bytes": 4 * MiB})  # python alone needs more

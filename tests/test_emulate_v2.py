@@ -86,3 +86,10 @@ def test_v2_stats_are_read_from_the_kernel_files(v2_root: Path) -> None:
         "memory_peak_bytes": 500 * MiB, "memory_failcnt": 1234, "oom_kill": 1, "pgmajfault": 4321,
         "cache_bytes": 480 * MiB}
     assert cgroup.io_stats(str(path), "259:0") == {"io_read_bytes": 1048576000, "io_read_ios": 16000}
+
+
+def test_check_needs_a_block_device_for_io_and_read_ahead(v2_root: Path) -> None:
+    missing = emulate.check({"read_ahead_kb": 128}, None)
+    assert "no block device known for the run's files (set block_device in the target)" in missing
+    # a memory budget alone needs no device
+    assert not [m for m in emulate.check({"memory_bytes": 64 * MiB}, None) if "block device" in m]
