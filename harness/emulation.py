@@ -130,10 +130,13 @@ _STATS = ("memory_peak_bytes", "memory_failcnt", "oom_kill", "pgmajfault", "cach
 
 def emulation_columns(record: dict[str, Any] | None) -> dict[str, Any]:
     """``emu_*`` columns of the runs table: effective limits (read back from the kernel) and cgroup stats."""
+    repaired = (record or {}).get("emulation_repaired")
+    # this run first undid what a killed runner left changed (read_ahead_kb, a cgroup): worth seeing
+    row: dict[str, Any] = {"emu_repaired_run": repaired.get("from_run")} if repaired else {}
     emu = (record or {}).get("emulation")
     if not emu:
-        return {}
-    row: dict[str, Any] = {"emulated": True}
+        return row
+    row["emulated"] = True
     backend = emu.get("backend") or {}
     row["emu_backend"] = ",".join(f"{k}:{v}" for k, v in sorted(backend.items())) or None
     effective, stats = emu.get("effective") or {}, emu.get("stats") or {}
