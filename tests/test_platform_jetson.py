@@ -189,3 +189,10 @@ def test_a_tag_probes_every_board_and_fails_if_one_does(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [line["target"] for line in lines] == ["orin-a", "orin-b"]
     assert "2 target(s) failed an expectation; first: orin-a: power_mode" in done.stderr
+
+
+def test_a_target_declared_jetson_that_is_not_one_says_so_first(tmp_path: Path) -> None:
+    targets = fb.target_dir(tmp_path, "orin", "jetson")  # but this machine is a plain Linux VM
+    done = run_cli("probe", "orin", "--targets-dir", str(targets), "--expect", "gui=off", timeout=120)
+    assert done.returncode == 1
+    assert "declared platform jetson but the runner found linux (no /etc/nv_tegra_release)" in done.stderr

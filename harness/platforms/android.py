@@ -39,7 +39,7 @@ class AndroidPlatform(LinuxPlatform):
         return enrich(facts)
 
     def check(self, expect: dict[str, Any], facts: dict[str, Any], session: Any) -> list[ExpectationResult]:
-        results: list[ExpectationResult] = []
+        results: list[ExpectationResult] = C.check_platform(self.name, facts) if expect else []
         rest: dict[str, Any] = {}
         for name, expected in expect.items():
             if name == "android_release_min":

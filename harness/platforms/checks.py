@@ -90,3 +90,16 @@ def check_nvme_link(expected: Any, facts: dict[str, Any]) -> ExpectationResult:
     return ExpectationResult("nvme_link", expected, seen, ok,
                              f"{name} link runs at {link.get('gts')} GT/s x{link.get('width')} (capable of "
                              f"{link.get('max_gts')} GT/s x{link.get('max_width')}), expected {expected}")
+
+
+def check_platform(name: str, facts: dict[str, Any]) -> list[ExpectationResult]:
+    """A target declared ``platform: jetson`` whose runner finds no Jetson: say that first, since every
+    other expectation would fail for that reason."""
+    seen = facts.get("platform_detected")
+    if seen is None or seen == name:
+        return []
+    signs = {"jetson": "/etc/nv_tegra_release", "android": "/system/build.prop or ANDROID_ROOT",
+             "macos": "sys.platform darwin"}
+    return [ExpectationResult("platform", name, seen, False,
+                              f"the target is declared platform {name} but the runner found {seen} "
+                              f"(no {signs.get(name, name)}): check targets/*.yaml")]

@@ -47,7 +47,7 @@ class JetsonPlatform(LinuxPlatform):
         return enrich(super().probe(session, files, tools))
 
     def check(self, expect: dict[str, Any], facts: dict[str, Any], session: Any) -> list[ExpectationResult]:
-        results: list[ExpectationResult] = []
+        results: list[ExpectationResult] = C.check_platform(self.name, facts) if expect else []
         rest: dict[str, Any] = {}
         for name, expected in expect.items():
             if name == "power_mode":

@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.parsers import ParseError, parse
 from harness.platforms import ExpectationResult, Platform, register_platform
+from harness.platforms.checks import check_platform
 from harness.units import format_size, parse_size
 
 
@@ -29,7 +30,7 @@ class MacPlatform(Platform):
         return enrich(super().probe(session, files, tools))
 
     def check(self, expect: dict[str, Any], facts: dict[str, Any], session: Any) -> list[ExpectationResult]:
-        results = []
+        results = check_platform(self.name, facts) if expect else []
         for name, expected in expect.items():
             if name == "mem_total_min":
                 seen = facts.get("mem_total_bytes") or 0
