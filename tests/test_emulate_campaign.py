@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,30 @@ steps:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _remove_private_workdir(tmp_path: Path) -> Iterator[None]:
+    yield
+    shutil.rmtree(PRIVATE_WORKDIRS / f"{tmp_path.name}-work", ignore_errors=True)
+
+
+PRIVATE_WORKDIRS = Path("/var/tmp/harness-tests")  # a real disk: cold reads must reach the device
+
+
+def run_private(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``harness run`` on a local target of its own: its own workdir, so no other campaign's lease on
+    this shared machine makes it wait."""
+    return run_cli("run", *args, *private_target(tmp_path), env=env)
+
+
+def private_target(tmp_path: Path) -> list[str]:
+    targets = tmp_path / "targets"
+    if not targets.exists():
+        targets.mkdir()
+        (targets / "local.yaml").write_text(f"platform: linux\ntransport: local\nblock_device: auto\n"
+                                            f"workdir: {PRIVATE_WORKDIRS}/{tmp_path.name}-work\n")
+    return ["--targets-dir", str(targets), "--target", "local"]
+
+
 @pytest.mark.parametrize(("block", "words"), [
     ("{memroy: 512M}", "emulate.memroy: unknown key 'memroy' (expected one of: memory, read_bytes_per_s"),
     ("{memory: 64k}", "emulate.memory: expected a memory budget of at least 4.0 MiB"),
@@ -65,8 +90,8 @@ def test_machine_without_controllers_refuses_before_a_set_exists(tmp_path: Path)
     empty = tmp_path / "no-cgroups"
     empty.mkdir()
     results = tmp_path / "results"
-    done = run_cli("run", str(experiment(tmp_path, "{memory: 64M}")), "--results", str(results),
-                   "--scratch", str(tmp_path / "s"), env={"HARNESS_CGROUP_ROOT": str(empty)})
+    done = run_private(tmp_path, str(experiment(tmp_path, "{memory: 64M}")), "--results", str(results),
+                       "--scratch", str(tmp_path / "s"), env={"HARNESS_CGROUP_ROOT": str(empty)})
     assert done.returncode == 2, done.stdout + done.stderr
     assert "target local: emulation refused" in done.stderr and "no cgroup memory controller" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -78,7 +103,7 @@ def test_machine_without_controllers_refuses_before_a_set_exists(tmp_path: Path)
 def test_emulated_campaign_records_settings_everywhere(tmp_path: Path) -> None:
     path = experiment(tmp_path, "{memory: 16M, read_bytes_per_s: 200M, read_ahead_kb: '{ra}'}",
                       matrix="{ra: [128, 256]}")
-    done = run_cli("run", str(path), "--results", str(tmp_path / "results"), "--scratch", str(tmp_path / "s"))
+    done = run_private(tmp_path, str(path), "--results", str(tmp_path / "results"), "--scratch", str(tmp_path / "s"))
     assert done.returncode == 0, done.stdout + done.stderr
     rs = load_result_set(next((tmp_path / "results").iterdir()))
     runs = rs.table("runs").set_index("ra")
@@ -118,10 +143,10 @@ def test_controller_repairs_at_once_when_a_runner_dies(tmp_path: Path) -> None:
     path = experiment(tmp_path, f"{{read_bytes_per_s: 2M, read_ahead_kb: {wanted}}}")
     path.write_text(path.read_text().replace("name: emu", f"name: {name}"))
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(path), "--results", str(tmp_path / "r"),
-                             "--scratch", str(tmp_path / "s")], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             "--scratch", str(tmp_path / "s"), *private_target(tmp_path)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 300  # the target's lease may be held by another campaign for a while
+        deadline = time.monotonic() + 300  # another emulated run on this machine may hold the lock a while
         while not _pids_with("runner.readfile", tmp_path.name):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
