@@ -16,8 +16,9 @@ and ``read_ahead_kb``, each optional. For one run:
   device I/O -- the no-I/O bound, not what a small board could keep resident.
 - ``read_ahead_kb`` is a machine-wide block-device setting. It is changed only under a machine-wide
   lock, after the original value was written to a state file, and restored in teardown (the agent's
-  finally-block, which also runs on SIGTERM). A runner killed outright leaves the state file; the
-  next runner restores from it before doing anything else (``repair``). The state lives in /run
+  finally-block, which also runs on SIGTERM). A runner killed outright leaves the state file: the
+  controller runs ``repair`` as soon as it sees the runner dead, and every runner does before anything
+  else. The original value is in run.json as well. The state lives in /run
   (cleared at reboot, exactly when the kernel resets the setting), not in one workdir: any runner on
   the machine must be able to repair it.
 - What the machine does not allow is a refusal (EmulationError naming what is missing), never a
