@@ -9,6 +9,7 @@ cgroup with that budget and sets the block device's read_ahead_kb for the run. T
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -99,7 +100,7 @@ def preflight(session: Any, experiment: Any, doc: YamlDoc, paths: list[str]) -> 
         raise EmulationError(f"target {session.target.name}: {text.splitlines()[-1] if text else 'check failed'}")
 
 
-def repair(session: Any, spec: dict[str, Any], say: Any) -> None:
+def repair(session: Any, spec: dict[str, Any], say: Callable[[str], None]) -> None:
     """After a runner died (killed, crashed) in an emulated run: restore read_ahead_kb and remove its
     cgroup now, rather than whenever the next runner starts on that machine."""
     if not spec.get("emulate"):
@@ -155,7 +156,7 @@ def emulation_columns(record: dict[str, Any] | None) -> dict[str, Any]:
     return row
 
 
-def _values(runs: pd.DataFrame, column: str, fmt: Any) -> str | None:
+def _values(runs: pd.DataFrame, column: str, fmt: Callable[[Any], str]) -> str | None:
     if column not in runs:
         return None
     seen = list(dict.fromkeys(v for v in runs[column] if pd.notna(v)))
