@@ -42,7 +42,8 @@ def _campaign(tmp_path: Path, expect: str, collect: str = "", **tree: object):  
 
 
 def test_expectations_are_checked_around_every_run_and_the_gate_is_recorded(tmp_path: Path) -> None:
-    done, sets, manifest = _campaign(tmp_path, "{power_mode: MAXN_SUPER, gui: off, tj_below_c: 60}")
+    done, sets, manifest = _campaign(tmp_path, "{power_mode: MAXN_SUPER, gui: off, tj_below_c: 60, "
+                                               "mem_available_min: 3G}")
     assert done.returncode == 0, done.stdout + done.stderr
     runs = manifest["runs"]
     assert len(runs) == 2 and all(r["status"] == "ok" for r in runs)
@@ -51,6 +52,7 @@ def test_expectations_are_checked_around_every_run_and_the_gate_is_recorded(tmp_
         gate = run["tj_gate"]
         assert gate["zone"] == "tj-thermal" and gate["start_c"] == 47.0 and gate["bound_c"] == 60.0
         assert gate["waited_s"] >= 0
+        assert run["mem_gate"]["start_bytes"] == 4012345 * 1024 and run["mem_gate"]["bound_bytes"] == 3 << 30
     target = manifest["targets"][0]
     assert target["facts"]["power_mode_name"] == "MAXN_SUPER"
     # every run's entry state carries the clocks and the junction temperature it started with
@@ -75,3 +77,10 @@ def test_a_non_super_board_never_runs(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "624.75 MHz" in done.stderr and "Super clocks are not active" in done.stderr
     assert not list((sets[0] / "raw").rglob("run.json")) if sets else True
+
+
+def test_memory_that_is_not_given_back_stops_the_campaign(tmp_path: Path) -> None:
+    done, sets, manifest = _campaign(tmp_path, "{mem_available_min: 6G, mem_wait_timeout_s: 0.3}")
+    assert done.returncode == 1
+    assert "MemAvailable stayed at 3.8 GiB, below 6G" in done.stderr
+    assert manifest["runs"][0]["status"] == "skipped"

@@ -14,6 +14,8 @@ from harness.platforms import ExpectationResult
 GATES = {
     "tj_below_c": "gate: before each run wait until the junction (tj) temperature is below this many degrees C",
     "tj_wait_timeout_s": "gate: give up waiting for tj_below_c after this many seconds (default 600)",
+    "mem_available_min": "gate: before each run wait until MemAvailable is at least this size (e.g. 6G)",
+    "mem_wait_timeout_s": "gate: give up waiting for mem_available_min after this many seconds (default 600)",
 }
 
 

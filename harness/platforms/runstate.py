@@ -2,8 +2,9 @@
 
 Clocks and power modes can change under load (thermal throttling, a daemon re-applying nvpmodel),
 so expectations are read back before and after each run, not once per campaign. The optional
-``tj_below_c`` gate waits for the board to cool before a run (BigMoeOnEdge gates every cell on
-temperature); the wait is recorded in the manifest entry of the run.
+``tj_below_c`` gate waits for the board to cool before a run, ``mem_available_min`` for memory to
+be given back (BigMoeOnEdge gates every cell on temperature and MemAvailable); each wait is
+recorded in the manifest entry of the run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from typing import Any
 
 from harness.errors import ExpectationError, TargetError
+from harness.units import format_size, parse_size
 
 POLL_S = 5.0
 DEFAULT_TIMEOUT_S = 600.0
@@ -58,6 +60,44 @@ def wait_for_temperature(session: Any, expect: dict[str, Any], message: Any = No
             "waited_s": round(time.monotonic() - start, 3)}
 
 
+_MEMAVAIL = "from runner import probe; print(probe.meminfo().get('MemAvailable') or '')"
+
+
+def read_mem_available(session: Any) -> int | None:
+    done = session.transport.run([session.python, "-c", _MEMAVAIL], cwd=session.runner_root, timeout=60).check()
+    text = done.stdout.decode().strip()
+    return int(text) if text.isdigit() else None
+
+
+def wait_for_memory(session: Any, expect: dict[str, Any], message: Any = None) -> dict[str, Any] | None:
+    """Block until MemAvailable >= ``mem_available_min`` (a previous run's memory is given back, a
+    background app is killed); the other BigMoeOnEdge entry gate. None without the gate."""
+    if "mem_available_min" not in expect:
+        return None
+    bound = parse_size(expect["mem_available_min"])
+    timeout = float(expect.get("mem_wait_timeout_s", DEFAULT_TIMEOUT_S))
+    start = time.monotonic()
+    first = avail = read_mem_available(session)
+    if first is None:
+        raise ExpectationError(f"target {session.target.name}: mem_available_min is set but MemAvailable "
+                               "is unreadable")
+    said = False
+    while avail is not None and avail < bound:
+        waited = time.monotonic() - start
+        if waited >= timeout:
+            raise ExpectationError(f"target {session.target.name}: MemAvailable stayed at {format_size(avail)}, "
+                                   f"below {expect['mem_available_min']}, for {waited:.0f} s "
+                                   f"(mem_wait_timeout_s {timeout:g})")
+        if message and not said:
+            message(f"{session.target.name}: waiting for MemAvailable {format_size(avail)} to reach "
+                    f"{expect['mem_available_min']}")
+            said = True
+        time.sleep(min(POLL_S, max(0.1, timeout - waited)))
+        avail = read_mem_available(session)
+    return {"bound_bytes": bound, "start_bytes": first, "end_bytes": avail,
+            "waited_s": round(time.monotonic() - start, 3)}
+
+
 def check(session: Any, expect: dict[str, Any], when: str) -> list[dict[str, Any]]:
     """Probe and check; raise ExpectationError naming the first failure. Returns the results."""
     facts = session.platform.probe(session, [])
@@ -76,6 +116,9 @@ def before_run(session: Any, writer: Any, run: Any, expect: dict[str, Any], mess
         gate = wait_for_temperature(session, expect, message)
         if gate is not None:
             writer.update_run(run.run_id, tj_gate=gate)
+        mem_gate = wait_for_memory(session, expect, message)
+        if mem_gate is not None:
+            writer.update_run(run.run_id, mem_gate=mem_gate)
         check(session, expect, f"before run {run.run_id}")
     except ExpectationError as exc:
         writer.update_run(run.run_id, status="skipped", error=str(exc))
