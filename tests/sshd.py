@@ -7,12 +7,14 @@ targets/NAME.yaml that points at it, with a known_hosts file of its own so the u
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,14 @@ def sshd_unavailable() -> str | None:
     if os.geteuid() != 0 and not os.access("/run/sshd", os.W_OK):
         return "sshd needs root (privilege separation directory /run/sshd)"
     return None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies, even by SIGKILL (no orphan sshd)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def free_port(address: str = "127.0.0.1") -> int:
@@ -71,7 +81,7 @@ class SshServer:
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns, *argv]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True)
+                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
         self.pid = proc.pid  # `ip netns exec` execs sshd, so this is sshd's pid either way
         self._proc = proc
         host_pub = Path(f"{self.host_key}.pub").read_text().split()
@@ -176,9 +186,11 @@ class NetnsBoard:
     board_addr: str = ""
 
     def create(self) -> NetnsBoard:
-        tag = f"{os.getpid() % 10000}{self.index}"
-        self.name, self.host_if = f"hxboard{tag}", f"hxv{tag}"
-        subnet = 16 + (os.getpid() + self.index) % 200
+        _remove_stale_namespaces()
+        tag = uuid.uuid4().hex[:6]  # unique even when several test runs share this machine
+        self.name, self.host_if = f"hxboard-{os.getpid()}-{tag}", f"hxv{tag}"
+        in_use = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=False).stdout
+        subnet = next(n for n in range(16 + self.index, 250) if f" 10.231.{n}." not in in_use)
         self.host_addr, self.board_addr = f"10.231.{subnet}.1", f"10.231.{subnet}.2"
         steps = [
             ["ip", "netns", "add", self.name],
@@ -199,3 +211,13 @@ class NetnsBoard:
     def destroy(self) -> None:
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, check=False)
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, check=False)
+
+
+def _remove_stale_namespaces() -> None:
+    """Namespaces (and their veth pairs) left by a test run that was killed before its teardown."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    for line in listed.splitlines():
+        name = line.split()[0] if line.split() else ""
+        parts = name.split("-")
+        if len(parts) == 3 and parts[0] == "hxboard" and parts[1].isdigit() and not Path(f"/proc/{parts[1]}").exists():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)

@@ -186,13 +186,13 @@ def test_interrupted_campaign_is_finished_by_resume(sshd: SshServer, tmp_path: P
     assert again.returncode == 2 and "nothing to resume" in again.stderr
 
 
-def _reconnecting_to(address: str, port: int) -> bool:
-    """True while some socket of this host is in SYN_SENT to address:port (a reconnect attempt)."""
+def _connected_to(address: str, port: int) -> bool:
+    """True while a socket of this host is ESTABLISHED to address:port."""
     packed = int.from_bytes(bytes(int(x) for x in address.split(".")), "little")
     want = f"{packed:08X}:{port:04X}"
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        if fields[2] == want and fields[3] == "02":
+        if fields[2] == want and fields[3] == "01":
             return True
     return False
 
@@ -222,7 +222,7 @@ def test_pulled_cable_mid_run_is_survived(netns_pair: tuple[SshServer, NetnsBoar
             time.sleep(0.05)
         subprocess.run(["ip", "link", "set", namespace.host_if, "down"], check=True)  # no RST, no FIN: silence
         down = True
-        while not _reconnecting_to(server.address, server.port):  # the controller gave the link up ...
+        while _connected_to(server.address, server.port):  # until the controller gives the dead link up ...
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.2)
         subprocess.run(["ip", "link", "set", namespace.host_if, "up"], check=True)  # ... and the cable is back

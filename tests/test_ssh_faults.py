@@ -96,7 +96,7 @@ def test_dropped_connection_mid_run_completes_and_is_pulled(board: Path, sshd: S
     finally:
         out, err = _finish(proc)
     assert proc.returncode == 0, out + err
-    assert "connection lost" in out
+    assert "connection lost" in out and "reconnected after" in out
     (path,) = list((tmp_path / "results").iterdir())
     rs = load_result_set(path)
     assert rs.complete and [r["status"] for r in rs.manifest["runs"]] == ["ok"] * 3

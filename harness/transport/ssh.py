@@ -190,7 +190,11 @@ class SshTransport:
             conn = None
             try:
                 conn = self._ensure()
-                return op(conn)
+                result = op(conn)
+                if deadline is not None and self.on_event:
+                    lost_for = time.monotonic() - (deadline - self.options.reconnect_s)
+                    self.on_event(f"{self.target_name}: reconnected after {lost_for:.1f} s")
+                return result
             except (ConnectionLost, OSError, EOFError, _ssh_exception()) as exc:
                 self._drop(conn)
                 now = time.monotonic()
