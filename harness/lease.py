@@ -227,8 +227,9 @@ def acquire(transport: Transport, *, target_name: str, python: str, workdir: str
             return lease
         state = _program(transport, python, directory, "show")
         holder = state.get("lease")
-        if holder and state.get("expired"):
-            # renewals stopped but the holder hangs on: take the lease over
+        if holder and (state.get("expired") or _orphaned_by_us(holder, record)):
+            # renewals stopped but the holder hangs on, or it is this very campaign's lease and the
+            # controller that took it (on this host) is dead: take the lease over
             _program(transport, python, directory, "break", holder.get("token", ""))
             continue
         who = describe(holder, state["now"]) if holder else "another controller (no lease record yet)"
@@ -239,6 +240,23 @@ def acquire(transport: Transport, *, target_name: str, python: str, workdir: str
             on_wait(f"{target_name}: waiting up to {wait_s:.0f} s for the lease held by {who}")
             said_waiting = True
         time.sleep(min(2.0, max(POLL_S, deadline - time.monotonic())))
+
+
+def _orphaned_by_us(holder: dict[str, Any], record: dict[str, Any]) -> bool:
+    """The lease of the same campaign (a --resume after a crash), taken on this host by a process
+    that no longer exists."""
+    if holder.get("campaign") != record["campaign"] or holder.get("host") != record["host"]:
+        return False
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _holder_answer(transport: Transport, pid: int, log: str) -> str:

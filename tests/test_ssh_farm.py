@@ -239,3 +239,45 @@ def test_pulled_cable_mid_run_is_survived(netns_pair: tuple[SshServer, NetnsBoar
     (path,) = list(results.iterdir())
     rs = load_result_set(path)
     assert rs.complete and [r["status"] for r in rs.manifest["runs"]] == ["ok", "ok"]
+
+
+def test_killed_controller_is_finished_by_resume_without_measuring_twice(sshd: SshServer, tmp_path: Path,
+                                                                         workdirs) -> None:  # noqa: ANN001
+    targets = tmp_path / "targets"
+    sshd.write_target(targets, "board", workdir=workdirs())
+    exp = tmp_path / "crash.yaml"
+    exp.write_text(TWO_STEPS.replace("rounds: 2", "rounds: 1").replace("runtime_s: 2", "runtime_s: 4"))
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(exp), "--targets-dir", str(targets),
+                             "--results", str(results), "--target", "board"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while True:  # the first run is running on the board
+            assert proc.poll() is None, proc.communicate()
+            sets = list(results.glob("*.incomplete")) if results.exists() else []
+            try:
+                manifest = json.loads((sets[0] / "manifest.json").read_text()) if sets else None
+            except (OSError, ValueError):
+                manifest = None
+            if manifest and manifest["runs"][0]["status"] == "running":
+                break
+            time.sleep(0.05)
+        proc.kill()  # the controller dies hard: no cleanup, its lease holder and the runner stay on the board
+        proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (path,) = list(results.iterdir())
+    runner_pid = json.loads((path / "manifest.json").read_text())["runs"][0]["runner_pid"]
+    resumed = run_cli("run", "--resume", path.name, "--results", str(results), "--targets-dir", str(targets),
+                      "--lease-wait", "0")  # its own campaign's orphaned lease is taken back at once
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    rs = load_result_set(results / path.name.removesuffix(".incomplete"))
+    assert rs.complete and [r["status"] for r in rs.manifest["runs"]] == ["ok", "ok"]
+    # the run the dead controller started was waited for and pulled, not started again (a new start
+    # records its new runner's pid)
+    first = rs.manifest["runs"][0]
+    assert first["runner_pid"] == runner_pid
+    assert json.loads((rs.path / "raw" / "board" / first["run_id"] / "run.json").read_text())["status"] == "ok"
+    assert "waiting up to" not in resumed.stdout
