@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,8 +78,11 @@ def stop_holder(info):
 if mode == "show":
     print(json.dumps(show()))
 elif mode == "beat":
-    os.utime(os.path.join(d, "heartbeat." + sys.argv[3]), None)
-    print("{}")
+    try:
+        os.utime(os.path.join(d, "heartbeat." + sys.argv[3]), None)
+        print(json.dumps({"lost": False}))
+    except OSError:  # our holder is gone: the lease expired (a long outage) or was broken
+        print(json.dumps({"lost": True}))
 elif mode == "break":
     info = read_info()
     only = sys.argv[3] if len(sys.argv) > 3 else None
@@ -162,6 +166,7 @@ class Lease:
     holder_pid: int
     ttl_s: float
     record: dict[str, Any]
+    on_event: Callable[[str], None] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -169,9 +174,14 @@ class Lease:
         def beat() -> None:
             while not self._stop.wait(self.ttl_s / 4):
                 try:
-                    _program(self.transport, self.python, self.directory, "beat", self.token)
+                    answer = _program(self.transport, self.python, self.directory, "beat", self.token)
                 except Exception:  # noqa: BLE001 - a missed beat is retried; the lease outlives ttl/4 gaps
-                    pass
+                    continue
+                if answer.get("lost"):
+                    if self.on_event:
+                        self.on_event(f"{self.target_name}: LEASE LOST (expired during an outage, or broken): "
+                                      "another campaign may use this board now")
+                    return
 
         self._thread = threading.Thread(target=beat, name=f"lease-{self.target_name}", daemon=True)
         self._thread.start()
@@ -222,7 +232,7 @@ def acquire(transport: Transport, *, target_name: str, python: str, workdir: str
                                         json.dumps(record)], cwd=workdir, log=log)
         answer = _holder_answer(transport, pid, log)
         if answer == "held":
-            lease = Lease(transport, target_name, python, directory, token, pid, ttl_s, record)
+            lease = Lease(transport, target_name, python, directory, token, pid, ttl_s, record, on_event=on_wait)
             lease.start_heartbeat()
             return lease
         state = _program(transport, python, directory, "show")

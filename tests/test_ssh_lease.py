@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pytest
 
 from harness.config.target import load_target
 from harness.errors import TargetError
-from harness.lease import acquire, show
+from harness.lease import acquire, break_lease, show
 from harness.transport.local import LocalTransport
 from harness.transport.ssh import SshTransport
 from tests.conftest import REPO, run_cli
@@ -41,7 +42,7 @@ def board(tmp_path: Path, workdir: str) -> Path:
     return targets
 
 
-def _take(workdir: str, campaign: str, **kwargs: float):  # noqa: ANN202
+def _take(workdir: str, campaign: str, **kwargs: object):  # noqa: ANN202
     return acquire(LocalTransport(), target_name="board", python=sys.executable, workdir=workdir, campaign=campaign,
                    **kwargs)
 
@@ -167,3 +168,20 @@ def test_lease_over_ssh_blocks_a_second_controller(sshd: SshServer, tmp_path: Pa
                    "--results", str(tmp_path / "r"), "--lease-wait", "0")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "free" in run_cli("lease", "show", "remote", "--targets-dir", str(targets)).stdout
+
+
+def test_a_campaign_is_told_when_its_lease_is_lost(workdir: str) -> None:
+    told: list[str] = []
+    lost = threading.Event()
+
+    def on_event(text: str) -> None:
+        told.append(text)
+        lost.set()
+
+    lease = _take(workdir, "mine", ttl_s=1.0, on_wait=on_event)
+    try:
+        break_lease(LocalTransport(), sys.executable, workdir)  # someone forces the board free
+        assert lost.wait(60), "the heartbeat never noticed"
+        assert "LEASE LOST" in told[0]
+    finally:
+        lease.release()
