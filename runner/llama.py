@@ -23,6 +23,7 @@ from runner.util import read_text, tail
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 HEALTH_POLL_S = 0.2
 STOP_GRACE_S = 5.0
+EXIT_SETTLE_S = 2.0  # after a broken stream: time for a killed server to show up as exited
 
 
 def engine_binary(ctx, spec, name):
@@ -173,6 +174,17 @@ def has_exited(proc):
         return proc.poll() is not None
 
 
+def _exits_soon(proc, within_s):
+    """Whether a server whose connection just broke is exiting: a killed process closes its sockets
+    before it becomes a zombie, so the client can see the broken stream first."""
+    deadline = time.monotonic() + within_s
+    while not has_exited(proc):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def wait_healthy(ctx, proc, port, timeout_s):
     deadline = time.monotonic() + timeout_s
     while True:
@@ -308,7 +320,7 @@ def run_llama_server(ctx, spec):
                 out.flush()  # a later failure keeps the requests already measured
                 summary["requests"] += 1
     except StepFailed as exc:
-        if proc is not None and has_exited(proc) and "exited" not in str(exc):
+        if proc is not None and "exited" not in str(exc) and _exits_soon(proc, EXIT_SETTLE_S):
             stop_server(ctx, proc)
             exc.args = ("%s (llama-server exited with %s: %s)" % (exc, proc.returncode,
                                                                   tail(ctx.path("llama-server.stderr"), 8)),)

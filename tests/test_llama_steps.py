@@ -236,38 +236,65 @@ def test_server_started_again_when_its_port_was_taken(tmp_path: Path, llama_bin_
     assert processes_using(tiny_moe.path) == []
 
 
-@pytest.mark.slow
-def test_runner_stopped_mid_request_leaves_no_server(tmp_path: Path, llama_bin_dir: str,
-                                                     tiny_moe: SynthInfo) -> None:
+def _start_runner(tmp_path: Path, bin_dir: str, model: str, n_predict: int) -> subprocess.Popen[bytes]:
     step = STEPS["llama-server"]
     config = step.Config.model_validate({"args": ["-t", 1, "-c", 512, "-np", 1], "prompts": str(PROMPTS),
-                                         "n_predict": 400, "requests_per_prompt": 50})
-    spec = {"run_id": "t-interrupt", "cache": "warm", "cache_files": [tiny_moe.path], "block_device": "auto",
+                                         "n_predict": n_predict, "requests_per_prompt": 50})
+    spec = {"run_id": "t-fault", "cache": "warm", "cache_files": [model], "block_device": "auto",
             "native_bin": str(NATIVE_BIN), "collectors": [], "emulate": None,
-            "engines": {"llama.cpp": {"bin_dir": llama_bin_dir}},
-            "step": {"kind": "llama-server", **step.runner_spec(config, {"model": tiny_moe.path}, "warm")}}
+            "engines": {"llama.cpp": {"bin_dir": bin_dir}},
+            "step": {"kind": "llama-server", **step.runner_spec(config, {"model": model}, "warm")}}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     runner = subprocess.Popen([sys.executable, "-m", "runner", "run", str(tmp_path / "spec.json")], cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     requests = tmp_path / "requests.jsonl"
+    while not (requests.exists() and requests.read_text().count("\n") >= 2):
+        assert runner.poll() is None, (tmp_path / "llama-server.stderr").read_text()[-2000:]
+        time.sleep(0.05)
+    return runner
+
+
+def _stop_leftovers(runner: subprocess.Popen[bytes], model: str) -> list[str]:
+    if runner.poll() is None:
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait()
+    leftover = processes_using(model)
+    for line in leftover:
+        os.kill(int(line.split(":")[0]), signal.SIGKILL)
+    return leftover
+
+
+@pytest.mark.slow
+def test_server_killed_mid_run_fails_the_run_with_its_exit(tmp_path: Path, llama_bin_dir: str,
+                                                         tiny_moe: SynthInfo) -> None:
+    runner = _start_runner(tmp_path, llama_bin_dir, tiny_moe.path, n_predict=400)
     try:
-        while not (requests.exists() and requests.read_text().count("\n") >= 2):
-            assert runner.poll() is None, (tmp_path / "llama-server.stderr").read_text()[-2000:]
-            time.sleep(0.05)
+        (server,) = processes_using(tiny_moe.path)
+        os.kill(int(server.split(":")[0]), signal.SIGKILL)  # a crash, or the OOM killer, mid-request
+        assert runner.wait(timeout=120) == 1
+    finally:
+        leftover = _stop_leftovers(runner, tiny_moe.path)
+    assert leftover == []
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["status"] == "failed" and "llama-server exited with -9" in record["error"]
+    assert record["rusage"]["llama-server"]["exit_code"] == -9
+    assert len(STEPS["llama-server"].ingest(tmp_path, record)["requests"]) >= 2
+
+
+@pytest.mark.slow
+def test_runner_stopped_mid_request_leaves_no_server(tmp_path: Path, llama_bin_dir: str,
+                                                     tiny_moe: SynthInfo) -> None:
+    runner = _start_runner(tmp_path, llama_bin_dir, tiny_moe.path, n_predict=400)
+    try:
         runner.send_signal(signal.SIGTERM)  # as the controller does on Ctrl-C, in the middle of a request
         assert runner.wait(timeout=120) == 1
     finally:
-        if runner.poll() is None:
-            os.killpg(runner.pid, signal.SIGKILL)
-            runner.wait()
-        leftover = processes_using(tiny_moe.path)
-        for line in leftover:
-            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+        leftover = _stop_leftovers(runner, tiny_moe.path)
     assert leftover == []
     record = json.loads((tmp_path / "run.json").read_text())
     assert record["status"] == "interrupted"
     # the requests measured before the stop are kept and ingest
-    rows = step.ingest(tmp_path, record)["requests"]
+    rows = STEPS["llama-server"].ingest(tmp_path, record)["requests"]
     assert len(rows) >= 2 and all(r["predicted_n"] == 400 for r in rows)
 
 
