@@ -161,19 +161,25 @@ def remove(path, grace_s):
 def make(version, hierarchy, path, controllers):
     """A fresh, empty cgroup at ``path`` (a leftover of the same name is drained and removed first)."""
     parent = os.path.dirname(path)
-    if not os.path.isdir(parent):
-        os.makedirs(parent)
-    if version == "v2":
-        for where in (hierarchy, parent):  # the root and harness/ pass the controllers down
-            current = (read(os.path.join(where, "cgroup.subtree_control")) or "").split()
-            for name in controllers:
-                if name not in current:
-                    write(os.path.join(where, "cgroup.subtree_control"), "+" + name)
     if os.path.isdir(path):
         problem = remove(path, grace_s=0.0)
         if problem:
             raise OSError(problem)
-    os.mkdir(path)
+    for attempt in range(3):
+        try:
+            if not os.path.isdir(parent):
+                os.makedirs(parent)
+            if version == "v2":
+                for where in (hierarchy, parent):  # the root and harness/ pass the controllers down
+                    current = (read(os.path.join(where, "cgroup.subtree_control")) or "").split()
+                    for name in controllers:
+                        if name not in current:
+                            write(os.path.join(where, "cgroup.subtree_control"), "+" + name)
+            os.mkdir(path)
+            return
+        except FileNotFoundError:  # another run's teardown removed the empty harness/ just now
+            if attempt == 2:
+                raise
 
 
 def set_memory(path, limit):

@@ -119,6 +119,7 @@ def _lock(blocking):
     os.makedirs(state_dir(), exist_ok=True)
     fd = os.open(os.path.join(state_dir(), "lock"), os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + LOCK_WAIT_S
+    announced = False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -127,6 +128,11 @@ def _lock(blocking):
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 os.close(fd)
                 raise
+        if blocking and not announced:  # the runner's log says why the run has not started
+            sys.stderr.write("emulation: waiting for %s (another run is changing read_ahead_kb)\n"
+                             % os.path.join(state_dir(), "lock"))
+            sys.stderr.flush()
+            announced = True
         if not blocking or time.monotonic() > deadline:
             os.close(fd)
             if blocking:
@@ -143,16 +149,32 @@ def _unlock(fd):
 
 
 def _state_path():
+    """read_ahead_kb's original value while a run has changed it (written and removed under the lock)."""
     return os.path.join(state_dir(), "state.json")
 
 
-def _save_state(state):
-    tmp = _state_path() + ".tmp"
+def _run_state_path(pid):
+    """The cgroups of one live runner, so they can be removed if it is killed."""
+    return os.path.join(state_dir(), "run-%d.json" % pid)
+
+
+def _save_state(state, path):
+    os.makedirs(state_dir(), exist_ok=True)
+    tmp = path + ".tmp"
     with open(tmp, "w") as out:
         json.dump(state, out)
         out.flush()
         os.fsync(out.fileno())
-    os.replace(tmp, _state_path())
+    os.replace(tmp, path)
+
+
+def _owner_alive(state):
+    """The runner that wrote ``state`` still runs (its command line names its run, so pid reuse is no match)."""
+    try:
+        with open("/proc/%d/cmdline" % int(state.get("pid")), "rb") as handle:
+            return str(state.get("run_id")).encode() in handle.read()
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def _restore_read_ahead(state):
@@ -166,47 +188,70 @@ def _restore_read_ahead(state):
     return now
 
 
-def _repair_locked():
-    """With the lock held: undo what the state file says a dead runner left changed."""
-    state_text = read(_state_path())
-    if state_text is None:
-        return None
+def _load(path):
     try:
-        state = json.loads(state_text)
+        return json.loads(read(path) or "null")
     except ValueError:
-        os.remove(_state_path())
-        return {"error": "unreadable state file removed"}
+        return {}  # a torn write: nothing to undo in it
+
+
+def _repair_locked():
+    """With the lock held: restore the read_ahead_kb a dead runner left changed."""
+    state = _load(_state_path())
+    if state is None:
+        return None
     done = {"from_run": state.get("run_id"), "from_pid": state.get("pid")}
     if state.get("read_ahead"):
         done["read_ahead_kb_restored"] = _restore_read_ahead(state)
         done["read_ahead_kb_path"] = state["read_ahead"]["path"]
-    problems = [p for p in (cgroup.remove(d, grace_s=0.0) for d in state.get("cgroups", [])) if p]
-    if problems:
-        done["cgroup_problems"] = problems
-    done["cgroups_removed"] = state.get("cgroups", [])
     os.remove(_state_path())
     return done
 
 
-def repair():
-    """At runner start: restore what a runner that died mid-run left changed (None: nothing to do).
-
-    Skipped while a live emulated run holds the lock: its state is not leftover.
-    """
-    if not os.path.exists(_state_path()):
-        return None
+def _repair_dead_runs():
+    """Remove the cgroups of runners that died (their run-PID.json stays behind)."""
+    done = []
     try:
-        fd = _lock(blocking=False)
+        names = sorted(n for n in os.listdir(state_dir()) if n.startswith("run-") and n.endswith(".json"))
     except OSError:
-        return None  # not allowed to (not root): it could not undo the settings anyway
-    if fd is None:
-        return None
+        return done
+    for name in names:
+        path = os.path.join(state_dir(), name)
+        state = _load(path)
+        if state is None or _owner_alive(state):
+            continue
+        notes = [n for n in (cgroup.remove(d, grace_s=0.0) for d in state.get("cgroups", [])) if n]
+        left = [d for d in state.get("cgroups", []) if os.path.isdir(d)]
+        if not left:
+            os.remove(path)
+        done.append({"from_run": state.get("run_id"), "from_pid": state.get("pid"), "notes": notes,
+                     "cgroups_removed": [d for d in state.get("cgroups", []) if d not in left]})
+    return done
+
+
+def repair():
+    """Restore what runners that died mid-run left changed (None: nothing to do). Run at every
+    runner's start and by the controller when it sees a runner dead.
+
+    read_ahead_kb is skipped while a live run holds the lock: its state is not leftover.
+    """
+    out = {}
     try:
-        return _repair_locked()
-    except OSError as exc:  # recorded in run.json; the state file stays for another attempt
-        return {"error": "repair failed: %s" % exc}
-    finally:
-        _unlock(fd)
+        runs = _repair_dead_runs()
+        if runs:
+            out["cgroups"] = runs
+        if os.path.exists(_state_path()):
+            fd = _lock(blocking=False)
+            if fd is not None:
+                try:
+                    restored = _repair_locked()
+                finally:
+                    _unlock(fd)
+                if restored:
+                    out["read_ahead"] = restored
+    except OSError as exc:  # not root, or a sysfs write refused: recorded; the state stays for another try
+        out["error"] = "repair failed: %s" % exc
+    return out or None
 
 
 # ---------------------------------------------------------------------- one run
@@ -229,23 +274,28 @@ class Emulation:
         missing = check(self.spec, self.device)
         if missing:
             raise EmulationError(refusal(missing))
-        waited = time.monotonic()
-        self.lock_fd = _lock(blocking=True)
         started = time.monotonic()
-        self.record["lock_wait_s"] = round(started - waited, 3)
-        leftover = _repair_locked()  # a runner that died while we waited for its lock
-        if leftover:
-            self.record["repaired"] = leftover
+        if "read_ahead_kb" in self.wanted:
+            # a machine-wide setting: one run at a time may change it (cgroups are per run, no lock)
+            self.lock_fd = _lock(blocking=True)
+            self.record["lock_wait_s"] = round(time.monotonic() - started, 3)
+            leftover = _repair_locked()  # a runner that died while we waited for its lock
+            if leftover:
+                self.record["repaired"] = leftover
+            started = time.monotonic()
         found = cgroup.detect()
         plan = dict((resource, found[resource]) for resource in _resources(self.wanted))
         for resource, (version, hierarchy) in plan.items():
-            self.dirs[resource] = os.path.join(cgroup.parent_dir(version, hierarchy, resource), self.run_id)
+            # the pid keeps two live runs of the same run id (two sets on one machine) apart
+            name = "%s.%d" % (self.run_id, os.getpid())
+            self.dirs[resource] = os.path.join(cgroup.parent_dir(version, hierarchy, resource), name)
         # written before anything changes, so a runner killed from here on can be repaired
         self.state = {"pid": os.getpid(), "run_id": self.run_id, "cgroups": sorted(set(self.dirs.values()))}
+        _save_state(self.state, _run_state_path(os.getpid()))
         if "read_ahead_kb" in self.wanted:
             path = _block(self.device, "queue/read_ahead_kb")
             self.state["read_ahead"] = {"path": path, "original": read(path)}
-        _save_state(self.state)
+            _save_state(dict(self.state, cgroups=[]), _state_path())
         self.record["backend"] = dict((r, v) for r, (v, _h) in plan.items())
         self.record["cgroups"] = dict(self.dirs)
         try:
@@ -333,18 +383,14 @@ class Emulation:
                 errors.append(problem)
         removed = not any(os.path.isdir(path) for path in paths)
         self.record["cgroups_removed"] = removed
-        restored = True
+        if removed:
+            os.remove(_run_state_path(os.getpid()))
         if self.state.get("read_ahead"):
             try:
                 self.record["read_ahead_kb_restored"] = to_int(_restore_read_ahead(self.state))
-            except OSError as exc:
-                restored = False
-                errors.append("read_ahead_kb not restored: %s" % exc)
-        if removed and restored:
-            try:
                 os.remove(_state_path())
             except OSError as exc:
-                errors.append("state file: %s" % exc)
+                errors.append("read_ahead_kb not restored: %s" % exc)
 
 
 def main(argv=None):

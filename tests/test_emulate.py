@@ -239,7 +239,8 @@ def _wait_until_step_runs(spec: Path, proc: subprocess.Popen[bytes]) -> None:
         line = next((x for x in lines if controller in x.split(":")[1].split(",")),
                     next(x for x in lines if x.startswith("0::")))
         unified = line.startswith("0::")  # one cgroup for memory and io
-        assert line.endswith(f"/harness/{spec.parent.name}") == (needed or unified), (controller, line)
+        inside = f"/harness/{spec.parent.name}." in line  # harness/<run_id>.<runner pid>
+        assert inside == (needed or unified), (controller, line)
     assert spec.parent.name not in Path(f"/proc/{proc.pid}/cgroup").read_text()
 
 
@@ -279,6 +280,7 @@ def test_a_killed_runner_is_repaired_by_the_next_run(workdir: Path, native_bin: 
         assert not os.path.exists(emulate._state_path())
         assert int(read_ahead_path(files["small"]).read_text()) != wanted
     assert not any(os.path.exists(d) for d in leftover)
+    assert not os.path.exists(emulate._run_state_path(proc.pid))  # the record of its cgroups went with them
     # the orphaned step was stopped (by pid, it was in the dead run's cgroup); the fixture checks the rest
     assert _processes_mentioning(str(spec.parent)) == []
 
