@@ -3,7 +3,7 @@
 ``spec["emulate"]`` (from the controller) holds ``memory_bytes``, ``read_bytes_per_s``, ``read_iops``
 and ``read_ahead_kb``, each optional. For one run:
 
-- a fresh cgroup ``.../harness/<run_id>`` gets the limits: cgroup v2 ``memory.max`` / ``io.max``
+- a fresh cgroup ``.../harness/<run_id>.<runner pid>`` gets the limits: cgroup v2 ``memory.max`` / ``io.max``
   where the v2 hierarchy offers the controller, cgroup v1 ``memory.limit_in_bytes`` /
   ``blkio.throttle.read_{bps,iops}_device`` otherwise. v1 also sets ``memory.memsw.limit_in_bytes``
   (v2: ``memory.swap.max 0``) where it exists: the budget is all the memory the step gets, it cannot
@@ -18,7 +18,8 @@ and ``read_ahead_kb``, each optional. For one run:
   lock, after the original value was written to a state file, and restored in teardown (the agent's
   finally-block, which also runs on SIGTERM). A runner killed outright leaves the state file: the
   controller runs ``repair`` as soon as it sees the runner dead, and every runner does before anything
-  else. The original value is in run.json as well. The state lives in /run
+  else. The original value is in run.json as well. Each runner's cgroups are recorded the same way
+  (run-PID.json, no lock needed: they are its own) and removed once that runner is dead. The state lives in /run
   (cleared at reboot, exactly when the kernel resets the setting), not in one workdir: any runner on
   the machine must be able to repair it.
 - What the machine does not allow is a refusal (EmulationError naming what is missing), never a
