@@ -76,6 +76,12 @@ def stop_holder(info):
     return True
 
 if mode == "show":
+    for name in sys.argv[3:]:  # answers already read by the controller
+        for path in (os.path.join(d, name), os.path.join(d, name + ".pid")):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     print(json.dumps(show()))
 elif mode == "beat":
     try:
@@ -231,11 +237,11 @@ def acquire(transport: Transport, *, target_name: str, python: str, workdir: str
         pid = transport.start_detached([python, "-c", PROGRAM, "hold", directory, token, str(ttl_s),
                                         json.dumps(record)], cwd=workdir, log=log)
         answer = _holder_answer(transport, pid, log)
+        state = _program(transport, python, directory, "show", os.path.basename(log))  # also drops the answer
         if answer == "held":
             lease = Lease(transport, target_name, python, directory, token, pid, ttl_s, record, on_event=on_wait)
             lease.start_heartbeat()
             return lease
-        state = _program(transport, python, directory, "show")
         holder = state.get("lease")
         if holder and (state.get("expired") or _orphaned_by_us(holder, record)):
             # renewals stopped but the holder hangs on, or it is this very campaign's lease and the

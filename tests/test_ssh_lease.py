@@ -47,10 +47,6 @@ def _take(workdir: str, campaign: str, **kwargs: object):  # noqa: ANN202
                    **kwargs)
 
 
-def _holder_busy_answers(workdir: str) -> int:
-    return sum("busy" in p.read_text() for p in Path(workdir, ".lease").glob("holder.*.log"))
-
-
 def test_second_campaign_fails_saying_who_holds_the_board(board: Path, tmp_path: Path, workdir: str) -> None:
     lease = _take(workdir, "first-campaign")
     try:
@@ -65,6 +61,7 @@ def test_second_campaign_fails_saying_who_holds_the_board(board: Path, tmp_path:
     finally:
         lease.release()
     assert "free" in run_cli("lease", "show", "board", "--targets-dir", str(board)).stdout
+    assert not list(Path(workdir, ".lease").glob("holder.*"))  # answers are removed once read
 
 
 def test_second_campaign_waits_for_the_lease_then_runs(board: Path, tmp_path: Path, workdir: str) -> None:
@@ -72,13 +69,18 @@ def test_second_campaign_waits_for_the_lease_then_runs(board: Path, tmp_path: Pa
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(tmp_path / "exp.yaml"), "--target", "board",
                              "--targets-dir", str(board), "--results", str(tmp_path / "r"), "--lease-wait", "600"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
     try:
-        while _holder_busy_answers(workdir) == 0:  # the second controller found the board taken
+        while not any("waiting up to" in line for line in lines):  # the second controller found the board taken
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.05)
         assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
         lease.release()
-        out, err = proc.communicate(timeout=300)
+        proc.wait(timeout=300)
+        reader.join(timeout=60)
+        out, err = "".join(lines), proc.stderr.read()  # type: ignore[union-attr]
     finally:
         lease.release()
         if proc.poll() is None:
