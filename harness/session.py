@@ -67,7 +67,7 @@ def open_session(target: Target, *, lease_for: str | None = None, lease_wait_s: 
     platform = PLATFORMS[target.platform]
     lease = None
     try:
-        if lease_for is not None:
+        if lease_for is not None and target.wants_lease:
             from harness.lease import acquire
 
             lease = acquire(transport, target_name=target.name, python=target.python, workdir=target.workdir,

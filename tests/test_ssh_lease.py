@@ -37,7 +37,7 @@ def workdir() -> Iterator[str]:
 def board(tmp_path: Path, workdir: str) -> Path:
     targets = tmp_path / "targets"
     targets.mkdir()
-    (targets / "board.yaml").write_text(f"platform: linux\ntransport: local\nworkdir: {workdir}\n")
+    (targets / "board.yaml").write_text(f"platform: linux\ntransport: local\nworkdir: {workdir}\nlease: true\n")
     (tmp_path / "exp.yaml").write_text(EXPERIMENT)
     return targets
 
@@ -185,5 +185,22 @@ def test_a_campaign_is_told_when_its_lease_is_lost(workdir: str) -> None:
         break_lease(LocalTransport(), sys.executable, workdir)  # someone forces the board free
         assert lost.wait(60), "the heartbeat never noticed"
         assert "LEASE LOST" in told[0]
+    finally:
+        lease.release()
+
+
+def test_the_local_machine_takes_no_lease_unless_asked(tmp_path: Path, workdir: str) -> None:
+    from harness.config.target import load_target
+
+    (tmp_path / "targets").mkdir()
+    path = tmp_path / "targets" / "plain.yaml"
+    path.write_text(f"platform: linux\ntransport: local\nworkdir: {workdir}\n")
+    (tmp_path / "exp.yaml").write_text(EXPERIMENT)
+    lease = _take(workdir, "someone-else")
+    try:  # a plain local target ignores the lease (side-by-side test campaigns); lease: true honours it
+        done = run_cli("run", str(tmp_path / "exp.yaml"), "--target", "plain", "--targets-dir", str(path.parent),
+                       "--results", str(tmp_path / "r"), "--lease-wait", "0")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert load_target(path).wants_lease is False
     finally:
         lease.release()

@@ -22,6 +22,8 @@ class Target(StrictModel):
     sudo: bool = False
     python: str = "python3"
     description: str = ""
+    lease: bool | None = Field(default=None, description="take the board's lease before a campaign "
+                               "(default: yes over ssh/adb, no for the local machine)")
 
     @field_validator("transport")
     @classmethod
@@ -33,6 +35,11 @@ class Target(StrictModel):
     @property
     def transport_kind(self) -> str:
         return self.transport if isinstance(self.transport, str) else next(iter(self.transport))
+
+    @property
+    def wants_lease(self) -> bool:
+        # boards are shared by controllers; this machine runs its own (test) campaigns side by side
+        return self.lease if self.lease is not None else self.transport_kind != "local"
 
     @property
     def transport_options(self) -> dict[str, Any]:
