@@ -76,7 +76,8 @@ def test_a_non_super_board_never_runs(tmp_path: Path) -> None:
     done, sets, _ = _campaign(tmp_path, "{power_mode: MAXN_SUPER}", gpu_table=fb.NON_SUPER_GPU_TABLE)
     assert done.returncode == 1
     assert "624.75 MHz" in done.stderr and "Super clocks are not active" in done.stderr
-    assert not list((sets[0] / "raw").rglob("run.json")) if sets else True
+    assert sets and sets[0].name.endswith(".incomplete")
+    assert not list(sets[0].rglob("run.json"))  # not a single run was measured on the wrong clocks
 
 
 def test_memory_that_is_not_given_back_stops_the_campaign(tmp_path: Path) -> None:
