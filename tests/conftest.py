@@ -39,6 +39,23 @@ steps:
 """
 
 
+def private_targets_dir() -> Path:
+    """A targets dir whose `local` has its own workdir, so its board lease is this test run's alone
+    (campaigns elsewhere on the machine never make these tests wait)."""
+    base = Path("/var/tmp/harness-tests") / f"targets-{os.getpid()}"
+    if not (base / "local.yaml").exists():
+        base.mkdir(parents=True, exist_ok=True)
+        text = (REPO / "targets" / "local.yaml").read_text()
+        workdir = base.parent / f"work-{os.getpid()}"
+        (base / "local.yaml").write_text(text.replace("workdir: /var/tmp/harness", f"workdir: {workdir}"))
+    return base
+
+
+def run_campaign(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """``harness run ARGS`` on the private local target."""
+    return run_cli("run", *args, "--targets-dir", str(private_targets_dir()), **kwargs)  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="session")
 def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One small quickstart-shaped campaign on this machine, shared by the tests that read its set."""
@@ -46,6 +63,6 @@ def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
     exp = base / "e2e.yaml"
     exp.write_text(SMALL)
     scratch = Path("/var/tmp/harness-tests") / base.name
-    done = run_cli("run", str(exp), "--results", str(base / "results"), "--scratch", str(scratch))
+    done = run_campaign(str(exp), "--results", str(base / "results"), "--scratch", str(scratch))
     sets = list((base / "results").iterdir())
     return {"done": done, "sets": sets, "results": base / "results", "scratch": scratch}

@@ -20,7 +20,7 @@ import pytest
 
 from harness.errors import ResultSetError
 from harness.results.loader import load_result_set
-from tests.conftest import FILE_BYTES, REPO, SMALL, run_cli
+from tests.conftest import FILE_BYTES, REPO, SMALL, private_targets_dir, run_campaign, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -159,7 +159,7 @@ steps:
       runtime_s: 1
   - read: {file: data}
 """)
-    done = run_cli("run", str(exp), "--results", str(tmp_path / "results"), "--scratch", str(tmp_path / "s"))
+    done = run_campaign(str(exp), "--results", str(tmp_path / "results"), "--scratch", str(tmp_path / "s"))
     assert done.returncode == 1, done.stderr
     rs = load_result_set(next((tmp_path / "results").iterdir()))
     assert rs.complete
@@ -181,10 +181,11 @@ steps:
 """)
     results = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(exp), "--results", str(results),
-                             "--scratch", str(tmp_path / "s")], cwd=REPO, stdout=subprocess.PIPE,
+                             "--scratch", str(tmp_path / "s"), "--targets-dir", str(private_targets_dir())],
+                            cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         manifest = None
         while time.monotonic() < deadline:  # wait until run 1 is done and run 2 is running
             sets = list(results.glob("*.incomplete")) if results.exists() else []
@@ -220,7 +221,7 @@ def test_results_dir_not_writable_is_exit_2(tmp_path: Path) -> None:
     blocker.write_text("")
     exp = tmp_path / "e.yaml"
     exp.write_text("name: x\nfiles:\n  data: {create: 1M}\nsteps:\n  - read: {file: data}\n")
-    done = run_cli("run", str(exp), "--results", str(blocker / "results"))
+    done = run_campaign(str(exp), "--results", str(blocker / "results"))
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "not writable" in done.stderr
 
@@ -228,7 +229,7 @@ def test_results_dir_not_writable_is_exit_2(tmp_path: Path) -> None:
 def test_missing_model_file_is_exit_2_with_line(tmp_path: Path) -> None:
     exp = tmp_path / "e.yaml"
     exp.write_text("name: x\nmodel: /nonexistent/model.gguf\nsteps:\n  - fio: {file: model}\n")
-    done = run_cli("run", str(exp), "--results", str(tmp_path / "r"))
+    done = run_campaign(str(exp), "--results", str(tmp_path / "r"))
     assert done.returncode == 2, done.stderr
     assert f"{exp}:2: model: /nonexistent/model.gguf does not exist on target local" in done.stderr
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
@@ -244,6 +245,6 @@ def test_fio_not_installed_is_exit_2(tmp_path: Path) -> None:
     (bin_dir / "python3").symlink_to(sys.executable)
     exp = tmp_path / "e.yaml"
     exp.write_text("name: x\nfiles:\n  data: {create: 1M}\nsteps:\n  - fio: {file: data}\n")
-    done = run_cli("run", str(exp), "--results", str(tmp_path / "r"), env={"PATH": str(bin_dir)})
+    done = run_campaign(str(exp), "--results", str(tmp_path / "r"), env={"PATH": str(bin_dir)})
     assert done.returncode == 2, done.stderr
     assert "fio not installed" in done.stderr and len(done.stderr.strip().splitlines()) == 1
