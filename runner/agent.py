@@ -15,7 +15,7 @@ import traceback
 from runner import RUNNER_VERSION, cache, emulate, probe
 from runner.collectors import CollectorError, Collectors
 from runner.steps import STEPS, StepFailed
-from runner.util import now, read_text, tail, write_checksums, write_json
+from runner.util import now, tail, write_checksums, write_json
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -28,11 +28,7 @@ def _interrupt(signum, _frame):
     raise Interrupted("stopped by signal %d" % signum)
 
 
-def blockstat_line(device):
-    if not device:
-        return None
-    line = read_text(probe.ROOT + "/sys/block/%s/stat" % device)
-    return line.strip() if line else None
+blockstat_line = probe.blockstat_line
 
 
 def _exit_code(status):

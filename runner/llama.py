@@ -62,11 +62,7 @@ def run_llama_bench(ctx, spec):
 
 # ----------------------------------------------------------------------------------------------- snapshots
 
-def blockstat_line(device):
-    if not device:
-        return None
-    line = read_text(probe.ROOT + "/sys/block/%s/stat" % device)
-    return line.strip() if line else None
+blockstat_line = probe.blockstat_line
 
 
 def proc_stat(pid):

@@ -145,3 +145,11 @@ def facts(files=(), block_device="auto", tools=()):
 
     out.update(platform_probes.facts())
     return out
+
+
+def blockstat_line(device):
+    """The raw /sys/block/DEV/stat line of ``device`` right now, or None."""
+    if not device:
+        return None
+    line = read_text(_p("/sys/block/%s/stat" % device))
+    return line.strip() if line else None

@@ -138,3 +138,14 @@ def derive_intervals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append(_interval(previous[device], row))
         previous[device] = row
     return out
+
+
+def parse_snapshot(line: str | None) -> dict[str, Any] | None:
+    """One ``/sys/block/DEV/stat`` line as recorded in run.json, or None when missing or unreadable
+    (a run that died before its snapshot still ingests)."""
+    if not line:
+        return None
+    try:
+        return parse_blockstat(line.encode())[0]
+    except (ParseError, IndexError):
+        return None

@@ -15,23 +15,15 @@ import pandas as pd
 
 from harness.collectors import COLLECTORS
 from harness.emulation import emulation_columns
-from harness.parsers import ParseError, parse
+from harness.parsers import ParseError
 from harness.parsers.blockstat import delta as blockstat_delta
+from harness.parsers.blockstat import parse_snapshot
 from harness.steps import STEPS
 
 Rows = list[dict[str, Any]]
 
 # A cold run that moved less than this share of its files from the device is suspect (MLPerf TEST04 idea).
 COLD_READ_SUSPECT_FRACTION = 0.05
-
-
-def _stat_row(line: str | None) -> dict[str, Any] | None:
-    if not line:
-        return None
-    try:
-        return parse("blockstat", line.encode())[0]
-    except (ParseError, IndexError):
-        return None
 
 
 def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
@@ -59,7 +51,8 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
     row["residency_after_pct"] = max((r["resident_pct"] for r in after), default=None)
     file_bytes = sum(r["size_bytes"] for r in before) if before else None
     row["cache_files_bytes"] = file_bytes
-    stat_before, stat_after = _stat_row(record.get("blockstat_before")), _stat_row(record.get("blockstat_after"))
+    stat_before = parse_snapshot(record.get("blockstat_before"))
+    stat_after = parse_snapshot(record.get("blockstat_after"))
     if stat_before and stat_after:
         moved = blockstat_delta(stat_before, stat_after)
         for key in ("read_bytes", "read_ios", "write_bytes", "io_ticks_ms", "time_in_queue_ms", "avg_read_io_bytes"):

@@ -36,7 +36,7 @@ from pydantic import Field, field_validator, model_validator
 
 from harness.config.validate import StrictModel
 from harness.parsers import ParseError, parse
-from harness.parsers.blockstat import delta
+from harness.parsers.blockstat import delta, parse_snapshot
 from harness.parsers.llama_bench import sample_rows
 from harness.parsers.llama_server import timings_row
 from harness.steps import Rows, StepKind, register_step
@@ -193,15 +193,6 @@ class LlamaServerStep(_LlamaStep):
         return {"requests": rows, "tokens": tokens}
 
 
-def _stat(line: str | None) -> dict[str, Any] | None:
-    if not line:
-        return None
-    try:
-        return parse("blockstat", line.encode())[0]
-    except (ParseError, IndexError):
-        return None
-
-
 def window(a: dict[str, Any] | None, b: dict[str, Any] | None, prefix: str) -> dict[str, Any]:
     """Device and process deltas between two snapshots, columns prefixed (``decode_dev_read_bytes`` ...)."""
     out: dict[str, Any] = {f"{prefix}s": None}
@@ -212,7 +203,7 @@ def window(a: dict[str, Any] | None, b: dict[str, Any] | None, prefix: str) -> d
         return out
     seconds = (b["mono_ns"] - a["mono_ns"]) / 1e9
     out[f"{prefix}s"] = seconds
-    sa, sb = _stat(a.get("blockstat")), _stat(b.get("blockstat"))
+    sa, sb = parse_snapshot(a.get("blockstat")), parse_snapshot(b.get("blockstat"))
     if sa and sb:
         d = delta(sa, sb)
         out[f"{prefix}dev_read_bytes"] = d["read_bytes"]
