@@ -200,6 +200,8 @@ class Campaign:
                 for name, spec in self.experiment.named_files().items():
                     if spec.path is not None:
                         self._existing_file_size(session, name, spec.path)
+                        if name in self._engine_files():
+                            self._check_gguf(session, name, spec.path)
                 if (self.builds or self.synth) and target.transport_kind != "local":
                     raise TargetError(f"target {target.name}: engine builds and synthetic models are made on the "
                                       "controller and cannot be pushed to remote targets yet; use model: {path: ...} "
@@ -364,6 +366,19 @@ class Campaign:
             loc = ("model",) if name == "model" and self.experiment.model else ("files", name, "path")
             raise doc.error(loc, f"{path} does not exist on target {session.target.name}")
         return int(probe.stdout.split()[0])
+
+    def _engine_files(self) -> set[str]:
+        """Named files an engine step loads as a model (they must be GGUF files)."""
+        return {name for run in self.plan.runs if STEPS[run.step].engine
+                for name in STEPS[run.step].files_read(run.cell.config)}
+
+    def _check_gguf(self, session: TargetSession, name: str, path: str) -> None:
+        head = session.transport.run(["head", "-c", "4", path])
+        if head.stdout != b"GGUF":
+            doc = self.plan.experiment.doc
+            loc = ("model",) if name == "model" and self.experiment.model else ("files", name, "path")
+            raise doc.error(loc, f"{path} is not a GGUF file (it starts with {head.stdout[:4]!r}); "
+                                 "llama.cpp steps need a .gguf model")
 
     # ------------------------------------------------------------------ one run
     def _spec(self, session: TargetSession, run: PlannedRun, files: dict[str, str], remote_dir: str) -> dict[str, Any]:

@@ -33,3 +33,17 @@ def test_inspect_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
         assert len(done.stderr.strip().splitlines()) == 1 and str(path.name) in done.stderr
     done = run_cli("model", "synth", "--out", str(tmp_path / "x.gguf"), "--quant", "q3")
     assert done.returncode == 2 and "q3" in done.stderr
+
+
+def test_a_model_that_is_not_gguf_is_refused_before_any_run(tmp_path: Path) -> None:
+    from tests.conftest import run_campaign
+
+    junk = tmp_path / "model.gguf"
+    junk.write_bytes(b"PK\x03\x04 not a model" * 100)
+    exp = tmp_path / "e.yaml"
+    exp.write_text(f"name: notgguf\nmodel: {junk}\nsteps:\n  - llama-bench: {{args: [-p, 8, -n, 8]}}\n")
+    done = run_campaign(str(exp), "--results", str(tmp_path / "r"))
+    assert done.returncode == 2, done.stderr
+    assert f"{exp}:2: model: {junk} is not a GGUF file" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
