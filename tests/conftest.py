@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.sshd import SshServer, sshd_unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures"
@@ -66,3 +69,17 @@ def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
     done = run_campaign(str(exp), "--results", str(base / "results"), "--scratch", str(scratch))
     sets = list((base / "results").iterdir())
     return {"done": done, "sets": sets, "results": base / "results", "scratch": scratch}
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """A real OpenSSH server on 127.0.0.1 (free port, temporary keys), one per test module; tests
+    that need it skip with the reason when sshd cannot run here."""
+    reason = sshd_unavailable()
+    if reason:
+        pytest.skip(reason)
+    server = SshServer(tmp_path_factory.mktemp("sshd")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

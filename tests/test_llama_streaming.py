@@ -61,7 +61,13 @@ def test_warm_without_a_budget_reads_nothing(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_budget_too_small_is_a_failed_run_with_the_evidence(tmp_path: Path) -> None:
     exp = tmp_path / "streaming.yaml"
-    exp.write_text(EXPERIMENT.format(cache="cold") + "emulate: {memory: 16M}\n")
+    # "-lm none" (no mmap) loads the weights into anonymous memory, which a 16M budget cannot reclaim:
+    # the OOM kill is certain. (With mmap the server may instead thrash file pages for minutes.)
+    text = EXPERIMENT.format(cache="cold").replace("args: [-t, 1, -c, 256, -np, 1]",
+                                                   "args: [-t, 1, -c, 256, -np, 1, -lm, none]\n"
+                                                   "      health_timeout_s: 120\n      timeout_s: 180")
+    assert "-lm, none" in text
+    exp.write_text(text + "emulate: {memory: 16M}\n")
     done = run_cli("run", str(exp), "--results", str(tmp_path / "results"))
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     (result_set,) = (tmp_path / "results").iterdir()

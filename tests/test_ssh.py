@@ -25,15 +25,6 @@ from tests.sshd import SshServer, sshd_unavailable
 pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
 
 
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    server = SshServer(tmp_path_factory.mktemp("sshd")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture()
 def workdir() -> Iterator[str]:
     path = Path("/var/tmp/harness-ssh-tests") / uuid.uuid4().hex[:8]  # a real disk, not tmpfs

@@ -38,15 +38,6 @@ steps:
 """
 
 
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    server = SshServer(tmp_path_factory.mktemp("sshd")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture()
 def workdirs() -> Iterator[list[str]]:
     made: list[str] = []

@@ -37,15 +37,6 @@ steps:
 """
 
 
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    server = SshServer(tmp_path_factory.mktemp("sshd")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture()
 def board(sshd: SshServer, tmp_path: Path) -> Iterator[Path]:
     workdir = Path("/var/tmp/harness-ssh-tests") / uuid.uuid4().hex[:8]

@@ -21,7 +21,7 @@ from harness.lease import acquire, break_lease, show
 from harness.transport.local import LocalTransport
 from harness.transport.ssh import SshTransport
 from tests.conftest import REPO, run_cli
-from tests.sshd import SshServer, sshd_unavailable
+from tests.sshd import SshServer
 
 EXPERIMENT = "name: leased\nfiles:\n  data: {create: 1M}\nsteps:\n  - read: {file: data}\n"
 
@@ -134,18 +134,6 @@ def test_lease_break_frees_a_held_board(board: Path, workdir: str) -> None:
     finally:
         lease.release()
     assert "no lease to break" in run_cli("lease", "break", "board", "--targets-dir", str(board)).stdout
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    reason = sshd_unavailable()
-    if reason:
-        pytest.skip(reason)
-    server = SshServer(tmp_path_factory.mktemp("sshd")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_lease_over_ssh_blocks_a_second_controller(sshd: SshServer, tmp_path: Path, workdir: str) -> None:
