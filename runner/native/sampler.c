@@ -164,6 +164,22 @@ static ssize_t pread_all0(int fd, char *buf, size_t cap)
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
+/* The next whitespace-separated word in [*p, end): its start (NULL at the end) and length;
+ * *p moves past it. Both stat formats (block and per-thread) are read word by word. */
+static char *next_word(char **p, const char *end, size_t *len)
+{
+    char *s;
+    while (*p < end && is_space(**p))
+        (*p)++;
+    if (*p >= end)
+        return NULL;
+    s = *p;
+    while (*p < end && !is_space(**p))
+        (*p)++;
+    *len = (size_t)(*p - s);
+    return s;
+}
+
 static char *path_join(const char *root, const char *rest)
 {
     size_t a = strlen(root), b = strlen(rest);
@@ -207,16 +223,12 @@ static int block_sample(void *vctx, uint64_t t)
     p = c->buf;
     end = c->buf + n;
     for (;;) {
-        char *s;
-        while (p < end && is_space(*p))
-            p++;
-        if (p >= end)
+        size_t len;
+        char *s = next_word(&p, end, &len);
+        if (!s)
             break;
-        s = p;
-        while (p < end && !is_space(*p))
-            p++;
         out_char(' ');
-        out_mem(s, (size_t)(p - s));
+        out_mem(s, len);
     }
     out_char('\n');
     return SAMPLE_OK;
@@ -370,19 +382,15 @@ static int threads_sample(void *vctx, uint64_t t)
 
         /* fields after ") ": 0 state, 9 majflt, 11 utime, 12 stime */
         for (p = rp + 1, field = 0; field <= 12; field++) {
-            char *s;
-            while (p < end && is_space(*p))
-                p++;
-            if (p >= end)
+            size_t len;
+            char *s = next_word(&p, end, &len);
+            if (!s)
                 break;
-            s = p;
-            while (p < end && !is_space(*p))
-                p++;
             switch (field) {
-            case 0: state = s; lstate = (size_t)(p - s); break;
-            case 9: majflt = s; lmaj = (size_t)(p - s); break;
-            case 11: utime = s; lut = (size_t)(p - s); break;
-            case 12: stime = s; lst = (size_t)(p - s); break;
+            case 0: state = s; lstate = len; break;
+            case 9: majflt = s; lmaj = len; break;
+            case 11: utime = s; lut = len; break;
+            case 12: stime = s; lst = len; break;
             default: break;
             }
         }
