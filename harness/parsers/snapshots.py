@@ -62,16 +62,22 @@ def _with_deltas(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, 
     return rows
 
 
+def _name_and_int(line: str, number: int, expected: str) -> tuple[str, int]:
+    """A ``<name> <integer>`` line (vmstat counters, thermal zones); anything else is a ParseError."""
+    parts = line.split()
+    if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+        raise ParseError(f"expected {expected}, got {line!r}", line=number)
+    return parts[0], int(parts[1])
+
+
 def parse_vmstat(data: bytes) -> list[dict[str, Any]]:
     """One row per snapshot: every counter, plus ``d_<counter>`` for reclaim/fault/refault counters."""
     rows = []
     for t_ns, wall, lines in snapshots(data):
         row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
         for number, line in lines:
-            parts = line.split()
-            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-                raise ParseError(f"expected '<counter> <value>' (a /proc/vmstat line), got {line!r}", line=number)
-            row[parts[0]] = int(parts[1])
+            name, value = _name_and_int(line, number, "'<counter> <value>' (a /proc/vmstat line)")
+            row[name] = value
         rows.append(row)
     if not rows:
         raise ParseError("no /proc/vmstat counters")
@@ -109,10 +115,8 @@ def parse_thermal(data: bytes) -> list[dict[str, Any]]:
     for t_ns, wall, lines in snapshots(data):
         row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
         for number, line in lines:
-            parts = line.split()
-            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-                raise ParseError(f"expected '<zone type> <millidegrees C>', got {line!r}", line=number)
-            row[f"temp_{parts[0].lower().replace('-', '_')}_c"] = int(parts[1]) / 1000.0
+            zone, millidegrees = _name_and_int(line, number, "'<zone type> <millidegrees C>'")
+            row[f"temp_{zone.lower().replace('-', '_')}_c"] = millidegrees / 1000.0
         rows.append(row)
     return rows
 
