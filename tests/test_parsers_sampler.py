@@ -42,6 +42,25 @@ def test_thread_rows():
     assert rows[6]["wchan"] is None  # empty wchan field
 
 
+# The macOS sampler's format (runner/native/sampler.c, __APPLE__): libproc thread handles as tids, no wait
+# channel, and no per-thread fault count (majflt=none in the header). Synthetic: no Mac runs here.
+MAC_THREADS = (
+    "# harness-sampler v1 mode=threads pid=812 period_ms=5 clock_ticks_per_s=100 source=libproc majflt=none "
+    "clock=monotonic\n"
+    "5000000\t6133903360\tS\t0\t3\t1\tllama-server\t\n"
+    "5000000\t6134476800\tD\t0\t40\t12\tllama worker\t\n"
+    "# exit t_ns=7000000\n"
+)
+
+
+def test_macos_thread_rows_have_no_fault_count_and_no_wchan():
+    rows = parse_sampler_threads(MAC_THREADS.encode())
+    assert [(r["tid"], r["state"], r["majflt"], r["wchan"]) for r in rows] == [
+        (6133903360, "S", None, None), (6134476800, "D", None, None)]
+    assert rows[1]["utime_ticks"] == 40 and rows[1]["comm"] == "llama worker"
+    assert parse_sampler_threads(THREADS.encode())[0]["majflt"] == 120  # Linux: per-thread counts as printed
+
+
 def test_thread_state_fractions_per_thread():
     fractions = {f["tid"]: f for f in thread_state_fractions(parse_sampler_threads(THREADS.encode()))}
     main, w1, w2 = fractions[4242], fractions[4250], fractions[4251]

@@ -7,7 +7,8 @@
     # exit t_ns=...
     # stop t_ns=... samples=... overruns=...
 
-TABs separate the fields because ``comm`` may contain spaces.
+TABs separate the fields because ``comm`` may contain spaces. The macOS build (libproc) writes the same
+lines; its header adds ``source=libproc majflt=none`` (no per-thread fault count there: majflt is None).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def parse_sampler_threads(data: bytes) -> list[dict[str, Any]]:
     """One row per (sample instant, thread)."""
     rows = []
     pid: int | None = None
+    majflt_known = True  # macOS (source=libproc) has no per-thread fault count: its header says majflt=none
     for number, raw in enumerate(text_of(data).splitlines(), start=1):
         if not raw.strip():
             continue
@@ -43,6 +45,7 @@ def parse_sampler_threads(data: bytes) -> list[dict[str, Any]]:
                     raise ParseError(f"sampler output is mode={fields['mode']}, not mode=threads",
                                      line=number)
                 pid = _int(fields["pid"], "pid", number) if "pid" in fields else None
+                majflt_known = fields.get("majflt") != "none"
             continue  # '# exit', '# stop' and other comments are metadata
         # Only strip the newline: a trailing TAB means an empty wchan, not a missing field.
         parts = raw.rstrip("\r\n").split("\t")
@@ -56,7 +59,7 @@ def parse_sampler_threads(data: bytes) -> list[dict[str, Any]]:
             "pid": pid,
             "tid": _int(tid, "tid", number),
             "state": state,
-            "majflt": _int(majflt, "majflt", number),
+            "majflt": _int(majflt, "majflt", number) if majflt_known else None,
             "utime_ticks": _int(utime, "utime_ticks", number),
             "stime_ticks": _int(stime, "stime_ticks", number),
             "comm": comm,

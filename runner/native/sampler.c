@@ -29,6 +29,24 @@
  * read fails. wchan is not read for threads that stat shows running (R): the kernel reports 0 for those anyway.
  *
  * Exit status: 0 stopped or process gone; 1 runtime error (message on stderr); 2 usage error.
+ *
+ * macOS (#ifdef __APPLE__): threads mode reads libproc (proc_pidinfo PROC_PIDLISTTHREADS, then PROC_PIDTHREADINFO per
+ * thread) and prints the same header and record lines, so one parser reads both. What differs, and why:
+ *   header   adds "source=libproc majflt=none" (keys a reader may ignore).
+ *   t_ns     CLOCK_UPTIME_RAW: that is Python's time.monotonic on macOS, which the runner stamps the step with
+ *            (macOS CLOCK_MONOTONIC also counts sleep, so it would not line up).
+ *   tid      libproc's thread handle (the thread's pthread_t in the target), unique among live threads; the
+ *            public SDK has no call that maps it to a pthread_threadid_np id.
+ *   state    pth_run_state: RUNNING (on a CPU or runnable) -> R; UNINTERRUPTIBLE -> D (as on Linux: disk and
+ *            page-fault I/O, but XNU also blocks kernel mutex waits this way, so D is broader than I/O);
+ *            WAITING -> S; STOPPED -> T; HALTED (terminating) -> X.
+ *   majflt   0: XNU counts faults per task, not per thread (the header says majflt=none).
+ *   utime/stime  pth_user_time/pth_system_time (ns) converted to clock_ticks_per_s ticks, as /proc reports them.
+ *   comm     pth_name, or the process name for an unnamed thread (Linux threads inherit the process comm).
+ *   wchan    empty: XNU exposes no wait channel.
+ * The process is gone when listing its threads fails with ESRCH or finds none, or it became a zombie, or its
+ * start time changed (the pid was reused; checked every ~100 ms). Block mode exits 1 with one line on stderr:
+ * macOS has no /sys/block; the iostat collector covers disk I/O there. --root is Linux-only (fake trees).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -43,6 +61,11 @@
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __APPLE__
+#include <libproc.h>
+#include <sys/proc.h>
+#include <sys/proc_info.h>
+#endif
 
 #define OUT_CAP ((size_t)1 << 20)
 #define READ_BUF 4096
@@ -50,6 +73,8 @@
 #define MAX_PERIOD_MS 3600000L
 
 enum { SAMPLE_OK = 0, SAMPLE_EXIT = 1, SAMPLE_ERROR = -1 };
+enum mode { BLOCK, THREADS };
+typedef int (*sample_fn)(void *, uint64_t);
 
 static volatile sig_atomic_t g_stop;
 
@@ -123,7 +148,11 @@ static void out_u64(uint64_t v)
 static uint64_t now_ns(void)
 {
     struct timespec ts;
+#ifdef __APPLE__
+    clock_gettime(CLOCK_UPTIME_RAW, &ts); /* = Python's time.monotonic on macOS (mach_absolute_time) */
+#else
     clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -151,6 +180,185 @@ static void sleep_until(uint64_t t)
 #endif
 }
 
+#ifdef __APPLE__
+/* ------------------------------------------------------------------------------------------------ macOS (libproc) */
+
+struct threads_ctx {
+    int pid;
+    uint64_t start_us; /* process start time: a reused pid belongs to another process */
+    char comm[2 * MAXCOMLEN + 1]; /* process name, for threads without a name of their own */
+    uint64_t *handles;
+    size_t cap;
+    uint64_t ns_per_tick;
+    unsigned since_check, check_every;
+};
+
+static size_t bounded_len(const char *s, size_t cap)
+{
+    const char *z = memchr(s, '\0', cap);
+    return z ? (size_t)(z - s) : cap;
+}
+
+/* The process's start time and name; -1 with errno when it is gone or unreadable, 1 when it is a zombie. */
+static int proc_identity(int pid, uint64_t *start_us, char *comm, size_t cap)
+{
+    struct proc_bsdinfo bi;
+    const char *name;
+    size_t n;
+    errno = 0;
+    if (proc_pidinfo(pid, PROC_PIDTBSDINFO, 0, &bi, (int)sizeof bi) != (int)sizeof bi) {
+        if (!errno)
+            errno = ESRCH;
+        return -1;
+    }
+    *start_us = bi.pbi_start_tvsec * 1000000u + bi.pbi_start_tvusec;
+    name = bi.pbi_name[0] ? bi.pbi_name : bi.pbi_comm; /* pbi_comm is cut at 16 bytes */
+    n = bounded_len(name, name == bi.pbi_name ? sizeof bi.pbi_name : sizeof bi.pbi_comm);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(comm, name, n);
+    comm[n] = '\0';
+    return bi.pbi_status == SZOMB;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The documented mapping (see the top of this file); XNU has no other run state. */
+static char state_letter(int32_t run_state)
+{
+    switch (run_state) {
+    case TH_STATE_RUNNING: return 'R';
+    case TH_STATE_UNINTERRUPTIBLE: return 'D';
+    case TH_STATE_STOPPED: return 'T';
+    case TH_STATE_HALTED: return 'X';
+    default: return 'S'; /* TH_STATE_WAITING */
+    }
+}
+
+/* Still the process we started with? (not gone, not a zombie, pid not reused) */
+static int same_process(struct threads_ctx *c)
+{
+    uint64_t start;
+    return proc_identity(c->pid, &start, c->comm, sizeof c->comm) == 0 && start == c->start_us;
+}
+
+static int threads_sample(void *vctx, uint64_t t)
+{
+    struct threads_ctx *c = vctx;
+    size_t n, i;
+    int bytes, live = 0;
+
+    if (++c->since_check >= c->check_every) {
+        c->since_check = 0;
+        if (!same_process(c))
+            return SAMPLE_EXIT;
+    }
+    for (;;) { /* a full buffer may mean more threads than it holds: grow and list again */
+        errno = 0;
+        bytes = proc_pidinfo(c->pid, PROC_PIDLISTTHREADS, 0, c->handles, (int)(c->cap * sizeof *c->handles));
+        if (bytes <= 0) {
+            if (errno == 0 || errno == ESRCH)
+                return SAMPLE_EXIT;
+            fprintf(stderr, "sampler: pid %d: listing threads: %s\n", c->pid, strerror(errno));
+            return SAMPLE_ERROR;
+        }
+        n = (size_t)bytes / sizeof *c->handles;
+        if (n < c->cap || c->cap >= 65536) {
+            break;
+        } else {
+            uint64_t *p = realloc(c->handles, c->cap * 2 * sizeof *p);
+            if (!p)
+                break;
+            c->handles = p;
+            c->cap *= 2;
+        }
+    }
+    qsort(c->handles, n, sizeof *c->handles, cmp_u64);
+
+    for (i = 0; i < n; i++) {
+        struct proc_threadinfo ti;
+        char state;
+        char *name;
+        size_t len, k;
+        if (proc_pidinfo(c->pid, PROC_PIDTHREADINFO, c->handles[i], &ti, (int)sizeof ti) != (int)sizeof ti)
+            continue; /* exited since the listing */
+        state = state_letter(ti.pth_run_state);
+        if (state != 'X')
+            live++;
+        len = bounded_len(ti.pth_name, sizeof ti.pth_name);
+        name = ti.pth_name;
+        if (len == 0) {
+            name = c->comm;
+            len = strlen(c->comm);
+        }
+        out_u64(t);
+        out_char('\t');
+        out_u64(c->handles[i]);
+        out_char('\t');
+        out_char(state);
+        out_str("\t0\t");
+        out_u64(ti.pth_user_time / c->ns_per_tick);
+        out_char('\t');
+        out_u64(ti.pth_system_time / c->ns_per_tick);
+        out_char('\t');
+        for (k = 0; k < len; k++) {
+            char ch = name[k];
+            out_char((unsigned char)ch < 0x20 || ch == 0x7f ? '?' : ch);
+        }
+        out_str("\t\n"); /* wchan: none on macOS */
+    }
+    /* nothing readable, or only terminating threads: gone unless the process itself says otherwise */
+    if (live == 0 && !same_process(c))
+        return SAMPLE_EXIT;
+    return SAMPLE_OK;
+}
+
+static int open_source(enum mode mode, const char *target, long pid, const char *root, long period_ms,
+                       sample_fn *sample, void **ctx)
+{
+    static struct threads_ctx tctx;
+    long tck = sysconf(_SC_CLK_TCK);
+    int zombie;
+    if (mode == BLOCK) {
+        fprintf(stderr, "sampler: block mode reads /sys/block/%s/stat, which macOS does not have; disk I/O on "
+                        "macOS comes from the iostat collector\n", target);
+        return 1;
+    }
+    if (*root) {
+        fprintf(stderr, "sampler: --root (fake /proc trees) is Linux-only; macOS reads threads through libproc\n");
+        return 2;
+    }
+    memset(&tctx, 0, sizeof tctx);
+    tctx.pid = (int)pid;
+    zombie = proc_identity(tctx.pid, &tctx.start_us, tctx.comm, sizeof tctx.comm);
+    if (zombie != 0) {
+        fprintf(stderr, "sampler: pid %ld: %s\n", pid, zombie > 0 ? "is a zombie" : strerror(errno));
+        return 1;
+    }
+    tctx.cap = 64;
+    tctx.handles = malloc(tctx.cap * sizeof *tctx.handles);
+    if (!tctx.handles) {
+        fprintf(stderr, "sampler: out of memory\n");
+        return 1;
+    }
+    errno = 0;
+    if (proc_pidinfo(tctx.pid, PROC_PIDLISTTHREADS, 0, tctx.handles, (int)(tctx.cap * sizeof *tctx.handles)) <= 0
+        && errno) { /* EPERM: another user's process (run as that user or root) */
+        fprintf(stderr, "sampler: pid %ld: listing threads: %s\n", pid, strerror(errno));
+        return 1;
+    }
+    tctx.ns_per_tick = 1000000000u / (uint64_t)(tck > 0 ? tck : 100);
+    tctx.check_every = (unsigned)(RESCAN_MS / period_ms > 1 ? RESCAN_MS / period_ms : 1);
+    *sample = threads_sample;
+    *ctx = &tctx;
+    return 0;
+}
+
+#else
 /* ------------------------------------------------------------------------------------------------ helpers */
 
 static ssize_t pread_all0(int fd, char *buf, size_t cap)
@@ -458,6 +666,44 @@ static int threads_sample(void *vctx, uint64_t t)
     return SAMPLE_OK;
 }
 
+static int open_source(enum mode mode, const char *target, long pid, const char *root, long period_ms,
+                       sample_fn *sample, void **ctx)
+{
+    static struct block_ctx bctx;
+    static struct threads_ctx tctx;
+    if (mode == BLOCK) {
+        char rel[512];
+        snprintf(rel, sizeof rel, "/sys/block/%s/stat", target);
+        bctx.path = path_join(root, rel);
+        bctx.fd = open(bctx.path, O_RDONLY);
+        if (bctx.fd < 0) {
+            fprintf(stderr, "sampler: %s: %s\n", bctx.path, strerror(errno));
+            return 1;
+        }
+        *sample = block_sample;
+        *ctx = &bctx;
+    } else {
+        char rel[64];
+        char *path;
+        raise_nofile_limit();
+        snprintf(rel, sizeof rel, "/proc/%ld", pid);
+        path = path_join(root, rel);
+        memset(&tctx, 0, sizeof tctx);
+        tctx.pid_dirfd = open(path, O_RDONLY | O_DIRECTORY);
+        if (tctx.pid_dirfd < 0) {
+            fprintf(stderr, "sampler: %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+        free(path);
+        tctx.scan_every = (unsigned)(RESCAN_MS / period_ms > 1 ? RESCAN_MS / period_ms : 1);
+        tctx.need_scan = 1;
+        *sample = threads_sample;
+        *ctx = &tctx;
+    }
+    return 0;
+}
+#endif /* __APPLE__ */
+
 /* ------------------------------------------------------------------------------------------------ main */
 
 static void usage(FILE *f)
@@ -492,15 +738,13 @@ static int parse_long(const char *s, long lo, long hi, long *out)
 
 int main(int argc, char **argv)
 {
-    enum { BLOCK, THREADS } mode;
+    enum mode mode;
     const char *target = NULL, *out_path = NULL, *root = "";
     long period_ms = -1, pid = 0;
     int i, rc;
     uint64_t period_ns, next, samples = 0, overruns = 0;
-    int (*sample)(void *, uint64_t);
+    sample_fn sample;
     void *ctx;
-    struct block_ctx bctx;
-    struct threads_ctx tctx;
     struct sigaction sa;
 
     if (argc < 2)
@@ -554,35 +798,9 @@ int main(int argc, char **argv)
     period_ns = (uint64_t)period_ms * 1000000u;
 
     /* open the source before the output, so a bad DEV/PID does not truncate --out */
-    if (mode == BLOCK) {
-        char rel[512];
-        snprintf(rel, sizeof rel, "/sys/block/%s/stat", target);
-        bctx.path = path_join(root, rel);
-        bctx.fd = open(bctx.path, O_RDONLY);
-        if (bctx.fd < 0) {
-            fprintf(stderr, "sampler: %s: %s\n", bctx.path, strerror(errno));
-            return 1;
-        }
-        sample = block_sample;
-        ctx = &bctx;
-    } else {
-        char rel[64];
-        char *path;
-        raise_nofile_limit();
-        snprintf(rel, sizeof rel, "/proc/%ld", pid);
-        path = path_join(root, rel);
-        memset(&tctx, 0, sizeof tctx);
-        tctx.pid_dirfd = open(path, O_RDONLY | O_DIRECTORY);
-        if (tctx.pid_dirfd < 0) {
-            fprintf(stderr, "sampler: %s: %s\n", path, strerror(errno));
-            return 1;
-        }
-        free(path);
-        tctx.scan_every = (unsigned)(RESCAN_MS / period_ms > 1 ? RESCAN_MS / period_ms : 1);
-        tctx.need_scan = 1;
-        sample = threads_sample;
-        ctx = &tctx;
-    }
+    rc = open_source(mode, target, pid, root, period_ms, &sample, &ctx);
+    if (rc != 0)
+        return rc;
 
     g_out.buf = malloc(OUT_CAP);
     if (!g_out.buf) {
@@ -620,6 +838,9 @@ int main(int argc, char **argv)
         out_u64((uint64_t)period_ms);
         out_str(" clock_ticks_per_s=");
         out_u64((uint64_t)(tck > 0 ? tck : 100));
+#ifdef __APPLE__
+        out_str(" source=libproc majflt=none");
+#endif
     }
     out_str(" clock=monotonic\n");
     out_flush(); /* the header goes out at once: the caller can see that sampling has started */
