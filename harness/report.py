@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness import plots, streaming_plots
 from harness.analysis.stats import pearson
+from harness.results.cachestate import cache_label, not_cleared
 from harness.results.loader import ResultSet, load_result_set
 
 MB = 1e6
@@ -25,7 +26,8 @@ def fio_summary(rs: ResultSet) -> pd.DataFrame:
     if fio.empty:
         return pd.DataFrame()
     # only finished runs enter aggregates; a failed or interrupted run's partial output stays in the table
-    data = fio.merge(runs.loc[runs["status"] == "ok", ["run_id", "cache"]], on="run_id", how="inner")
+    ok = runs.loc[runs["status"] == "ok"].assign(cache=cache_label)  # a NOT-cleared "cold" is its own group
+    data = fio.merge(ok[["run_id", "cache"]], on="run_id", how="inner")
     data["read_mbps"] = data["read_bw_bytes_per_s"] / MB
     data["p99_ms"] = data["read_clat_p99_ns"] / 1e6
     out = data.groupby(["target", "cache", "job_name"]).agg(
@@ -44,7 +46,7 @@ def read_summary(rs: ResultSet) -> pd.DataFrame:
     if reads.empty:
         return pd.DataFrame()
     out = pd.DataFrame({
-        "run": reads["run_id"], "target": reads["target"], "cache": reads["cache"], "status": reads["status"],
+        "run": reads["run_id"], "target": reads["target"], "cache": cache_label(reads), "status": reads["status"],
         "resident %": reads["residency_before_pct"], "file MB": reads["cache_files_bytes"] / MB,
         "device MB": reads["dev_read_bytes"] / MB,
         # what the reader itself fetched from storage: the device delta minus everyone else's I/O
@@ -114,6 +116,18 @@ def render_report(path: Path, manifest: dict[str, Any] | None = None) -> list[Pa
     return figures
 
 
+def not_cleared_lines(runs: pd.DataFrame) -> list[str]:
+    """One line per target whose cold runs ran with the page cache NOT cleared (macOS without purge)."""
+    bad = runs[not_cleared(runs)]
+    lines = []
+    for target, group in bad.groupby("target"):
+        resident = group["residency_before_pct"].dropna()
+        seen = f"; residency before the step {resident.min():.0f}-{resident.max():.0f} %" if len(resident) else ""
+        lines.append(f"- **{target}: page cache NOT cleared** in {len(group)} cold run(s), which are not cold-cache "
+                     f"numbers: {group['cache_note'].iloc[0].removeprefix('page cache NOT cleared: ')}{seen}")
+    return lines + [""] if lines else []
+
+
 def _table(frame: pd.DataFrame) -> str:
     return frame.to_markdown(index=False, floatfmt=".1f") if not frame.empty else "_no data_"
 
@@ -134,8 +148,9 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
                      f"{facts.get('block_device')} (read_ahead_kb {facts.get('block_read_ahead_kb')})")
     lines += ["", "## Runs", ""]
     if not runs.empty:
-        counts = runs.groupby(["step", "cache", "status"]).size().reset_index(name="runs")
+        counts = runs.assign(cache=cache_label).groupby(["step", "cache", "status"]).size().reset_index(name="runs")
         lines += [_table(counts), ""]
+        lines += not_cleared_lines(runs)
         failed = runs[runs["status"] != "ok"]
         for _, run in failed.iterrows():
             lines.append(f"- `{run['run_id']}` {run['status']}: {run.get('error')}")

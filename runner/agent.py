@@ -152,7 +152,7 @@ def run(spec_path):
             record["emulation_repaired"] = repaired
         record["emulation"] = emulation.setup()  # refuses (EmulationError) before anything runs
         record["entry_state"] = probe.entry_state()
-        record["cache"] = {"condition": spec["cache"], "before": cache.prepare(native_bin, spec["cache"], files)}
+        record["cache"] = cache.prepare(native_bin, spec["cache"], files)  # macOS cold: + "drop" (cleared or not)
         collectors.start_global()
         record["blockstat_before"] = blockstat_line(device)
         emulation.note_before_step()

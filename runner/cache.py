@@ -1,8 +1,15 @@
-"""Cache state: prepared with the native ``cachectl`` and verified with mincore, never assumed."""
+"""Cache state: prepared with the native ``cachectl`` and verified with mincore, never assumed.
+
+macOS has no per-file drop: a cold run there empties the whole page cache with ``purge`` (root or
+``sudo -n``). Where that is not allowed the run goes on, because that is how the InferSSD Mac
+numbers were measured, but the record says plainly that the cache was NOT cleared and why.
+"""
 
 import json
 import subprocess
 import time
+
+from runner import platform_probes
 
 COLD_MAX_PCT = 1.0
 WARM_MIN_PCT = 99.0
@@ -29,23 +36,43 @@ def residency(native_bin, files):
     return [json.loads(line) for line in _cachectl(native_bin, "residency", files).splitlines() if line.strip()]
 
 
+def drop(native_bin, files):
+    """Evict ``files`` from the page cache. Returns None where that is per file (fadvise DONTNEED: Linux,
+    Android); on macOS the purge record ``{"method", "cleared", "reason"}``."""
+    if platform_probes.detect() == "macos":
+        return platform_probes.drop_page_cache_macos()
+    _cachectl(native_bin, "drop", files)
+    return None
+
+
 def prepare(native_bin, condition, files):
-    """Bring ``files`` into ``condition`` (cold|warm|none) and return the measured residency.
+    """Bring ``files`` into ``condition`` (cold|warm|none); return the run record's ``cache`` entry:
+    ``condition``, ``before`` (the measured residency) and, for a cold run on macOS, ``drop`` (the purge
+    record; ``cleared: false`` with the reason when purge was not allowed or failed).
 
     DONTNEED skips pages that are dirty or mapped by someone; retrying a few times covers writeback
-    still in flight. A cold run that stays resident is refused rather than measured wrongly.
+    still in flight. A cold run that stays resident is refused rather than measured wrongly, unless
+    the cache could not be cleared at all: then it is measured and marked.
     """
     files = list(files)
+    out = {"condition": condition}
     if condition == "cold":
         for _attempt in range(5):
-            _cachectl(native_bin, "drop", files)
+            dropped = drop(native_bin, files)
             rows = residency(native_bin, files)
+            if dropped is not None:
+                out["drop"] = dropped
+                if not dropped["cleared"]:
+                    out["before"] = rows
+                    return out
             if all(r["resident_pct"] <= COLD_MAX_PCT for r in rows):
-                return rows
+                out["before"] = rows
+                return out
             time.sleep(0.2)
         worst = max(rows, key=lambda r: r["resident_pct"])
-        raise CacheStateError("cold cache not reached: %s is still %.1f %% resident after DONTNEED (limit %.0f %%;"
-                              " is it mapped by a running process?)" % (worst["path"], worst["resident_pct"],
+        how = "purge" if "drop" in out else "DONTNEED"
+        raise CacheStateError("cold cache not reached: %s is still %.1f %% resident after %s (limit %.0f %%;"
+                              " is it mapped by a running process?)" % (worst["path"], worst["resident_pct"], how,
                                                                        COLD_MAX_PCT))
     if condition == "warm":
         _cachectl(native_bin, "prefetch", files)
@@ -55,5 +82,7 @@ def prepare(native_bin, condition, files):
             raise CacheStateError("warm cache not reached: %s is %.1f %% resident after reading it (need %.0f %%;"
                                   " not enough free memory?)" % (cold[0]["path"], cold[0]["resident_pct"],
                                                                  WARM_MIN_PCT))
-        return rows
-    return residency(native_bin, files)
+        out["before"] = rows
+        return out
+    out["before"] = residency(native_bin, files)
+    return out

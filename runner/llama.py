@@ -130,11 +130,17 @@ def page_out(pid, path):
 
 
 def make_cold(native_bin, pid, model):
-    """Page out the server's mapping, DONTNEED the file (retrying briefly for late writeback), measure."""
+    """Page out the server's mapping, DONTNEED the file (retrying briefly for late writeback), measure.
+
+    On macOS the drop is a whole-cache purge; its record (cleared or NOT, and why) goes with the evicted bytes."""
     evicted = page_out(pid, model)
     for _attempt in range(5):
-        cache._cachectl(native_bin, "drop", [model])
+        dropped = cache.drop(native_bin, [model])
         rows = cache.residency(native_bin, [model])
+        if dropped is not None:
+            evicted["cache_drop"] = dropped
+            if not dropped["cleared"]:
+                break  # retrying cannot help: purge is not allowed (or failed), and the record says so
         if rows[0]["resident_pct"] <= cache.COLD_MAX_PCT:
             break
         time.sleep(0.1)

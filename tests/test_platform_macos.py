@@ -1,17 +1,31 @@
 """macOS: facts from sysctl/sw_vers/diskutil (fake tools replaying real captures), expectations,
-the purge cache drop that says when the cache was NOT cleared, and the collectors' parsers."""
+the purge cache drop that says when the cache was NOT cleared, and the collectors' parsers.
+
+Cold runs on "macOS" run here for real (a real file on disk, the real cachectl and mincore), with
+only what cannot exist on Linux faked: platform detection, and a ``purge`` that empties the page
+cache of the test file (fadvise DONTNEED) the way the real one empties the whole cache."""
 
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
+from harness.config.target import load_targets
 from harness.parsers import ParseError, parse
-from harness.platforms import PLATFORMS
+from harness.platforms import PLATFORMS, runstate
 from harness.platforms.macos import enrich
-from runner import platform_probes
+from harness.report import not_cleared_lines
+from harness.results.cachestate import cache_label
+from harness.results.ingest import run_row
+from harness.session import build_native_here, open_session
+from runner import cache, platform_probes
+from runner.llama import make_cold
 from tests import fakeboard as fb
 
 MACOS = fb.DATA / "macos"
@@ -119,3 +133,110 @@ def test_sysctl_sw_vers_diskutil_parsers() -> None:
     assert disk["device_media_name"] == "APPLE SSD AP0256M" and disk["whole"] is True
     with pytest.raises(ParseError, match="diskutil"):
         parse("diskutil", b"   Volume Name:   x\n")
+
+
+# ----------------------------------------------------------------------------------------- cold runs on macOS
+@pytest.fixture(scope="module")
+def native_bin() -> str:
+    return str(build_native_here())
+
+
+@pytest.fixture
+def warm_file():
+    """A 8 MiB file on a real disk (not tmpfs: mincore must see the page cache), written back and read."""
+    with tempfile.TemporaryDirectory(prefix="harness-mac-", dir="/var/tmp") as tmp:
+        path = Path(tmp) / "model.gguf"
+        with open(path, "wb") as out:
+            out.write(os.urandom(8 << 20))
+            out.flush()
+            os.fsync(out.fileno())
+        path.read_bytes()
+        yield path
+
+
+def _as_mac(monkeypatch: pytest.MonkeyPatch, bindir: Path, *, root: bool, purge_evicts: Path | None = None) -> None:
+    """This process believes it is a Mac with ``purge`` on PATH; a normal user's sudo asks for a password."""
+    evict = "" if purge_evicts is None else (
+        f"import os\nfd = os.open({str(purge_evicts)!r}, os.O_RDONLY)\n"
+        "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n")
+    fb.tool(bindir, "purge", evict)
+    fb.tool(bindir, "sudo", "import sys\nsys.stderr.write('sudo: a password is required\\n')\nsys.exit(1)\n")
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(platform_probes, "detect", lambda: "macos")
+    monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 501)
+
+
+def test_cold_on_macos_purges_then_verifies_with_mincore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         native_bin: str, warm_file: Path) -> None:
+    _as_mac(monkeypatch, tmp_path / "bin", root=True, purge_evicts=warm_file)
+    state = cache.prepare(native_bin, "cold", [str(warm_file)])
+    assert state["drop"] == {"method": "purge", "cleared": True, "reason": None}
+    assert state["before"][0]["resident_pct"] <= cache.COLD_MAX_PCT
+    row = run_row({"run_id": "r1", "index": 0, "target": "mac", "step": "read", "cache": "cold", "round": 0,
+                   "repeat": 0}, {"status": "ok", "cache": state})
+    assert row["cache_cleared"] is True and row["cache_note"] is None
+
+
+def test_cold_on_macos_without_purge_runs_and_says_the_cache_was_not_cleared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_bin: str, warm_file: Path) -> None:
+    _as_mac(monkeypatch, tmp_path / "bin", root=False, purge_evicts=warm_file)
+    state = cache.prepare(native_bin, "cold", [str(warm_file)])  # no CacheStateError: the run goes on
+    assert state["drop"]["cleared"] is False and state["drop"]["method"] is None
+    assert "sudo -n purge is not allowed" in state["drop"]["reason"]
+    assert "a password is required" in state["drop"]["reason"]
+    assert state["before"][0]["resident_pct"] > 90  # measured, not assumed: the file is still cached
+    # the runs table and the report say it, for the run and for the target
+    row = run_row({"run_id": "r1", "index": 0, "target": "mac", "step": "read", "cache": "cold", "round": 0,
+                   "repeat": 0}, {"status": "ok", "cache": state})
+    assert row["cache_cleared"] is False
+    assert row["cache_note"].startswith("page cache NOT cleared: sudo -n purge is not allowed")
+    runs = pd.DataFrame([row, {**row, "run_id": "r2", "cache": "warm", "cache_cleared": None}])
+    assert list(cache_label(runs)) == ["cold (NOT cleared)", "warm"]
+    [line] = [ln for ln in not_cleared_lines(runs) if ln]
+    assert line.startswith("- **mac: page cache NOT cleared** in 1 cold run(s)") and "a password is required" in line
+    assert "residency before the step 100-100 %" in line
+    # per request (llama-server cold requests): one attempt, recorded with the evicted bytes
+    evicted, rows = make_cold(native_bin, os.getpid(), str(warm_file))
+    assert evicted["cache_drop"]["cleared"] is False and rows[0]["resident_pct"] > 90
+
+
+def test_a_purge_that_leaves_the_file_resident_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        native_bin: str, warm_file: Path) -> None:
+    _as_mac(monkeypatch, tmp_path / "bin", root=True)  # purge "succeeds" but evicts nothing
+    with pytest.raises(cache.CacheStateError, match=r"still \d+\.\d % resident after purge"):
+        cache.prepare(native_bin, "cold", [str(warm_file)])
+
+
+def test_linux_cold_record_is_unchanged(native_bin: str, warm_file: Path) -> None:
+    state = cache.prepare(native_bin, "cold", [str(warm_file)])
+    assert set(state) == {"condition", "before"} and state["before"][0]["resident_pct"] <= cache.COLD_MAX_PCT
+
+
+@pytest.mark.parametrize("purge_on_path", [True, False])
+def test_the_controller_says_before_the_first_cold_run_that_the_cache_will_not_be_cleared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, purge_on_path: bool) -> None:
+    """A real local session declared macOS; the runner answers whether purge is allowed (here: as root, so only
+    when a purge is on PATH)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    if purge_on_path:
+        fb.tool(bindir, "purge", "")
+    (bindir / "python3").symlink_to(sys.executable)
+    targets = fb.target_dir(tmp_path, "mac", "macos")
+    session = open_session(load_targets(targets)["mac"])  # builds runner/native with the real PATH
+    messages: list[str] = []
+    try:
+        monkeypatch.setenv("PATH", str(bindir))  # what the runner sees on the "Mac"
+        warm = SimpleNamespace(cache="warm", run_id="w")
+        assert runstate.warn_cache_not_clearable(session, warm, messages.append) is None and not messages
+        cold = SimpleNamespace(cache="cold", run_id="c")
+        reason = runstate.warn_cache_not_clearable(session, cold, messages.append)
+        runstate.warn_cache_not_clearable(session, cold, messages.append)  # asked once per target
+    finally:
+        session.close()
+    if purge_on_path:
+        assert reason is None and messages == []
+    else:
+        assert reason == "purge not found on PATH"
+        assert messages == ["mac: the page cache will NOT be cleared before cold runs (purge not found on PATH); "
+                            "they run anyway and are marked 'NOT cleared' in run.json, the runs table and the report"]

@@ -17,7 +17,7 @@ from harness.config.target import load_targets, select_targets
 from harness.errors import UsageError
 from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.plan import PlannedRun, build_plan
-from harness.report import bench_summary, fio_summary, read_summary, request_summary
+from harness.report import bench_summary, fio_summary, not_cleared_lines, read_summary, request_summary
 from harness.results.loader import find_result_set, load_result_set
 
 
@@ -47,6 +47,9 @@ def print_summary(result: CampaignResult) -> None:
     state = "complete" if result.complete else "INCOMPLETE"
     console.print(f"\nresult set ({state}): [bold]{result.path}[/]")
     console.print("runs: " + ", ".join(f"{n} {s}" for s, n in sorted(result.statuses.items())))
+    runs = rs.table("runs")
+    for line in filter(None, not_cleared_lines(runs) if not runs.empty else []):
+        console.print(f"[yellow]{line.removeprefix('- ').replace('**', '')}[/]", highlight=False)
     fio = fio_summary(rs)
     if not fio.empty:
         console.print(frame_table(fio, "fio ladder (read MB/s, mean over runs)"))

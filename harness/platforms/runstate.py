@@ -109,7 +109,28 @@ def check(session: Any, expect: dict[str, Any], when: str) -> list[dict[str, Any
     return [r.__dict__ for r in results]
 
 
+_CACHE_DROP = "import json; from runner import platform_probes as p; print(json.dumps(p.cache_drop_method()))"
+
+
+def warn_cache_not_clearable(session: Any, run: Any, message: Any = None) -> str | None:
+    """Before a target's first cold run on macOS: if purge is not allowed there, say that its cold runs go on
+    with the page cache NOT cleared (each run record and the report say so too). Returns the reason."""
+    if run.cache != "cold" or session.platform.name != "macos" or "_cache_drop_checked" in vars(session):
+        return None
+    done = session.transport.run([session.python, "-c", _CACHE_DROP], cwd=session.runner_root, timeout=60)
+    try:
+        method, reason = json.loads(done.stdout)
+    except ValueError:
+        method, reason = None, f"cannot tell whether purge is allowed: {done.stderr.decode(errors='replace')[-200:]}"
+    session._cache_drop_checked = True  # once per target and campaign: the answer does not change mid-campaign
+    if method is None and message:
+        message(f"{session.target.name}: the page cache will NOT be cleared before cold runs ({reason}); they run "
+                "anyway and are marked 'NOT cleared' in run.json, the runs table and the report")
+    return None if method else reason
+
+
 def before_run(session: Any, writer: Any, run: Any, expect: dict[str, Any], message: Any = None) -> None:
+    warn_cache_not_clearable(session, run, message)
     if not expect:
         return
     try:

@@ -18,6 +18,7 @@ from harness.emulation import emulation_columns
 from harness.parsers import ParseError
 from harness.parsers.blockstat import delta as blockstat_delta
 from harness.parsers.blockstat import parse_snapshot
+from harness.results.cachestate import cache_drop_columns
 from harness.steps import STEPS
 
 Rows = list[dict[str, Any]]
@@ -51,6 +52,7 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
     row["residency_after_pct"] = max((r["resident_pct"] for r in after), default=None)
     file_bytes = sum(r["size_bytes"] for r in before) if before else None
     row["cache_files_bytes"] = file_bytes
+    row.update(cache_drop_columns(cache.get("drop")))
     stat_before = parse_snapshot(record.get("blockstat_before"))
     stat_after = parse_snapshot(record.get("blockstat_after"))
     if stat_before and stat_after:

@@ -39,6 +39,7 @@ from harness.parsers import ParseError, parse
 from harness.parsers.blockstat import delta, parse_snapshot
 from harness.parsers.llama_bench import sample_rows
 from harness.parsers.llama_server import timings_row
+from harness.results.cachestate import cache_drop_columns
 from harness.steps import Rows, StepKind, register_step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -243,6 +244,7 @@ def request_row(rec: dict[str, Any]) -> dict[str, Any]:
         # the DESIGN's bound for a cold start; where the kernel cannot page out a mapping, rows say so
         row["cold_reached"] = residency is not None and residency <= COLD_MAX_PCT
         row["pageout_error"] = (rec.get("pageout") or {}).get("error")
+        row.update(cache_drop_columns((rec.get("pageout") or {}).get("cache_drop")))  # macOS: purge, allowed?
     elif rec.get("cache") == "warm":
         # under a memory budget earlier requests may have pushed part of the model out again
         row["warm_reached"] = residency is not None and residency >= WARM_MIN_PCT

@@ -1,0 +1,37 @@
+"""Whether a cold run's page cache was really cleared, as table columns and labels.
+
+Per-file drops (fadvise DONTNEED on Linux/Android) are proven by the residency check, which refuses a
+cold run that stays resident. macOS can only purge the whole cache, and only as root or with
+``sudo -n``; where that is not allowed the run is measured anyway (the InferSSD Mac numbers were)
+and every table and report line that shows its cache state says it was NOT cleared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+NOT_CLEARED = "NOT cleared"
+
+
+def cache_drop_columns(drop: dict[str, Any] | None) -> dict[str, Any]:
+    """``cache_cleared`` and ``cache_note`` from a runner's purge record; nothing for a per-file drop."""
+    if drop is None:
+        return {}
+    cleared = bool(drop.get("cleared"))
+    return {"cache_cleared": cleared,
+            "cache_note": None if cleared else f"page cache {NOT_CLEARED}: {drop.get('reason')}"}
+
+
+def not_cleared(frame: pd.DataFrame) -> pd.Series:
+    """Rows (runs or requests) whose cold condition was not reached because the cache could not be cleared."""
+    if "cache_cleared" not in frame:
+        return pd.Series(False, index=frame.index)
+    # runs without a purge have no value (None/NaN/NA), which is not "not cleared"
+    return frame["cache_cleared"].astype("boolean").eq(False).fillna(False).astype(bool)
+
+
+def cache_label(frame: pd.DataFrame) -> pd.Series:
+    """The ``cache`` column as shown in reports: ``cold (NOT cleared)`` where the purge was not allowed."""
+    return frame["cache"].where(~not_cleared(frame), frame["cache"] + f" ({NOT_CLEARED})")
