@@ -1,4 +1,4 @@
-"""Expectation checks shared by the Linux-like platforms (Jetson, Android): clocks, GUI, NVMe link.
+"""Expectation checks shared by the Linux-like platforms (Linux, Jetson, Android): clocks, GUI, NVMe link.
 
 Each check reads the probed facts and returns one :class:`ExpectationResult` whose message says
 what was seen, so a failure explains itself without a second probe.
@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.platforms import ExpectationResult
 
-# Waited for before each run instead of failing (campaign.wait_for_temperature), recorded per run.
+# Waited for before each run instead of failing (runstate.before_run), recorded per run.
 GATES = {
     "tj_below_c": "gate: before each run wait until the junction (tj) temperature is below this many degrees C",
     "tj_wait_timeout_s": "gate: give up waiting for tj_below_c after this many seconds (default 600)",

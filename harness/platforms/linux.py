@@ -1,4 +1,9 @@
-"""Any Linux machine: facts from /proc and /sys, generic expectations."""
+"""Any Linux machine: facts from /proc and /sys, generic expectations.
+
+The NVMe link check and the entry gates (junction/hottest thermal zone, MemAvailable) read only
+/sys/class/nvme, /sys/class/thermal and /proc/meminfo, which any Linux board or PC has; Jetson and
+Android inherit them.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from typing import Any
 
 from harness.errors import TargetError
 from harness.platforms import ExpectationResult, Platform, register_platform
+from harness.platforms import checks as C
 from harness.units import format_size, parse_size
 
 
@@ -17,6 +23,8 @@ class LinuxPlatform(Platform):
         "cpu_count_min": "at least this many CPUs are online",
         "block_device": "the files live on this block device (e.g. nvme0n1)",
         "sysfs": "each path reads exactly this value, e.g. {/sys/block/vda/queue/scheduler: '[none] mq-deadline'}",
+        "nvme_link": "NVMe PCIe link at least {gts: 8, width: 4} (optionally controller: nvme0)",
+        **C.GATES,
     }
 
     def check(self, expect: dict[str, Any], facts: dict[str, Any], session: Any) -> list[ExpectationResult]:
@@ -35,6 +43,10 @@ class LinuxPlatform(Platform):
                 seen = facts.get("block_device")
                 results.append(ExpectationResult(name, expected, seen, seen == expected,
                                                  f"files are on {seen}, expected {expected}"))
+            elif name == "nvme_link":
+                results.append(C.check_nvme_link(expected, facts))
+            elif name in C.GATES:
+                continue  # waited for before each run (runstate), not a pass/fail check
             elif name == "sysfs":
                 for path, value in dict(expected).items():
                     try:
