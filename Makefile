@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-SYSTEM_PACKAGES := fio gcc make libc6-dev openssh-server
+SYSTEM_PACKAGES := fio gcc g++ make cmake git libc6-dev openssh-server
 
 .PHONY: demo test setup system-deps venv native lint clean
 
@@ -20,7 +20,10 @@ system-deps:
 	@missing=""; \
 	command -v fio >/dev/null || missing="$$missing fio"; \
 	command -v cc >/dev/null || missing="$$missing gcc libc6-dev"; \
+	command -v c++ >/dev/null || missing="$$missing g++"; \
 	command -v make >/dev/null || missing="$$missing make"; \
+	command -v cmake >/dev/null || missing="$$missing cmake"; \
+	command -v git >/dev/null || missing="$$missing git"; \
 	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
 	$(PYTHON) -c "import ensurepip, venv" 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \

@@ -78,6 +78,7 @@ class Campaign:
         self.collectors = collector_configs(self.experiment, loaded.doc)
         self.set_id = new_set_id(self.experiment.name, loaded.text)
         self.builds: dict[str, Any] = {}  # engine name -> BuildInfo (controller-side builds)
+        self.engine_specs: dict[str, Any] = {}  # engine name -> EngineSpec the steps need
         self.synth: dict[str, tuple[str, dict[str, Any]]] = {}  # file name -> (path, description)
 
     # ------------------------------------------------------------------ whole campaign
@@ -202,14 +203,11 @@ class Campaign:
                         self._existing_file_size(session, name, spec.path)
                         if name in self._engine_files():
                             self._check_gguf(session, name, spec.path)
-                if (self.builds or self.synth) and target.transport_kind != "local":
-                    raise TargetError(f"target {target.name}: engine builds and synthetic models are made on the "
-                                      "controller and cannot be pushed to remote targets yet; use model: {path: ...} "
-                                      "and a prebuilt engine there")
                 # a machine that cannot emulate the board refuses here, before a set exists (exit 2)
                 paths = [s.path for s in self.experiment.named_files().values() if s.path is not None]
                 emulation.preflight(session, self.experiment, self.plan.experiment.doc,
                                     paths + [self.scratch or session.workdir])
+            self._prepare_remote(sessions)
         except BaseException:
             for session in sessions:
                 session.close()
@@ -217,17 +215,44 @@ class Campaign:
         return sessions
 
     def _prepare_engines_and_models(self) -> None:
-        """Build the engines the steps use and synthesize models, once, cached across campaigns."""
+        """Build the engines the steps use and synthesize models, once, cached across campaigns.
+
+        The controller builds only for a local target; boards build their own (``_prepare_remote``)."""
         from harness.prepare import build_engines, engines_needed, synth_model
 
         step_engines = {STEPS[run.step].engine for run in self.plan.runs} - {None}
-        needed = engines_needed(self.experiment, step_engines)  # type: ignore[arg-type]
-        if needed:
-            self.builds = build_engines(needed, self.plan.experiment.path.parent, self.progress.message)
+        self.engine_specs = engines_needed(self.experiment, step_engines)  # type: ignore[arg-type]
+        if self.engine_specs and any(t.transport_kind == "local" for t in self.targets):
+            self.builds = build_engines(self.engine_specs, self.plan.experiment.path.parent, self.progress.message)
         for name, spec in self.experiment.named_files().items():
             if spec.synth is not None:
                 path, info = synth_model(spec.synth, self.progress.message)
                 self.synth[name] = (str(path), info)
+
+    def _prepare_remote(self, sessions: list[TargetSession]) -> None:
+        """Engines built on each board and synthetic models pushed to it, boards in parallel (a build on a
+        board takes minutes); both are skipped when the board already has them."""
+        from harness.prepare import prepare_target
+
+        remote = [s for s in sessions if s.target.transport_kind != "local"]
+        if not remote or not (self.engine_specs or self.synth):
+            return
+        experiment_dir = self.plan.experiment.path.parent
+        errors: list[BaseException] = []
+
+        def prepare(session: TargetSession) -> None:
+            try:
+                prepare_target(session, self.engine_specs, self.synth, experiment_dir, self.progress.message)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below in the caller's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=prepare, args=(s,), daemon=True) for s in remote]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
 
     def _finish(self, writer: ResultSetWriter, complete: bool) -> CampaignResult:
         # Tables come from whatever runs finished, even after an interrupt; the set is renamed to
@@ -270,7 +295,8 @@ class Campaign:
         try:
             files, created = self._prepare_files(session, writer)
             facts = session.platform.probe(session, list(files.values()))
-            self._record_target(writer, target.name, facts=facts, deployed=session.deployed)
+            self._record_target(writer, target.name, facts=facts, deployed=session.deployed,
+                                **({"engines": session.engines} if session.engines else {}))
             self._check_expectations(session, writer, facts, "before")
             todo = [run for run in self.plan.runs if (target.name, run.run_id) not in self.keep]
             self.progress.target_started(target.name, len(todo))
@@ -338,6 +364,7 @@ class Campaign:
                                  "created": False}
             elif spec.synth is not None:
                 path, info = self.synth[name]
+                path = session.models.get(name, path)  # a board holds its pushed copy
                 records[name] = {"path": path, "size_bytes": info["file_bytes"], "created": False,
                                  "synth": spec.synth.model_dump()}
             else:
@@ -391,11 +418,18 @@ class Campaign:
             "native_bin": session.native_bin,
             "collectors": [COLLECTORS[name].runner_spec(cfg) for name, cfg in self.collectors.items()],
             "step": {"kind": run.step, **step.runner_spec(run.cell.config, files, run.cache)},
-            "engines": {name: {"bin_dir": str(Path(next(iter(build.binaries.values()))).parent),
-                               "commit": build.commit} for name, build in self.builds.items()},
+            "engines": self._engines_on(session),
             "emulate": emulation.runner_spec(self.experiment, run.params, self.plan.experiment.doc),
             "run_dir": remote_dir,
         }
+
+    def _engines_on(self, session: TargetSession) -> dict[str, Any]:
+        """Where the engine binaries are on this target: built there (boards) or here (local)."""
+        if session.engines:
+            return {name: {"bin_dir": str(Path(next(iter(build["binaries"].values()))).parent),
+                           "commit": build.get("commit")} for name, build in session.engines.items()}
+        return {name: {"bin_dir": str(Path(next(iter(build.binaries.values()))).parent), "commit": build.commit}
+                for name, build in self.builds.items()}
 
     def _run_one(self, session: TargetSession, writer: ResultSetWriter, run: PlannedRun,
                  files: dict[str, str]) -> None:

@@ -2,7 +2,9 @@
 
 Both are made once and cached by a hash of their inputs (builds in ~/.cache/harness/builds, models
 in ~/.cache/harness/models), so a second campaign starts at once and two campaigns with the same
-inputs share the same binaries and files byte for byte.
+inputs share the same binaries and files byte for byte. A board gets the same: engines built there
+into ``<workdir>/cache/builds`` (same keys) and models pushed to ``<workdir>/cache/models``, each
+verified by sha256 once and skipped afterwards.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness.config.experiment import EngineSpec, Experiment, SynthSpec
+from harness.engines.llamacpp.source import sha256_file
+from harness.errors import TargetError
 from harness.units import parse_size
 
 MODEL_CACHE = Path(os.environ.get("HARNESS_MODEL_CACHE", "~/.cache/harness/models")).expanduser()
@@ -28,14 +33,20 @@ def engines_needed(experiment: Experiment, step_engines: set[str]) -> dict[str, 
     return {name: experiment.engine.get(name, EngineSpec()) for name in sorted(step_engines)}
 
 
+def _engine_inputs(spec: EngineSpec, experiment_dir: Path) -> tuple[list[Path], list[str]]:
+    from harness.engines.llamacpp.build import CPU_NATIVE_FLAGS
+
+    patches = [(experiment_dir / p).resolve() for p in spec.patches]
+    return patches, list(spec.cmake) if spec.cmake is not None else list(CPU_NATIVE_FLAGS)
+
+
 def build_engines(engines: dict[str, EngineSpec], experiment_dir: Path, say: Say) -> dict[str, Any]:
     """Build (or take from the cache) every engine; returns name -> BuildInfo."""
-    from harness.engines.llamacpp.build import CPU_NATIVE_FLAGS, build_llamacpp
+    from harness.engines.llamacpp.build import build_llamacpp
 
     builds = {}
     for name, spec in engines.items():
-        patches = [(experiment_dir / p).resolve() for p in spec.patches]
-        flags = list(spec.cmake) if spec.cmake is not None else list(CPU_NATIVE_FLAGS)
+        patches, flags = _engine_inputs(spec, experiment_dir)
         say(f"engine {name}: building from {json.dumps(spec.source)} (cached after the first time)")
         builds[name] = build_llamacpp(spec.source, flags, patches, cache_dir=BUILD_CACHE, log=say)
     return builds
@@ -56,7 +67,11 @@ def synth_model(spec: SynthSpec, say: Say, cache: Path = MODEL_CACHE) -> tuple[P
     path = cache / f"qwen3moe-{synth_key(spec)}.gguf"
     info_path = path.with_suffix(".json")
     if path.exists() and info_path.exists():
-        return path, json.loads(info_path.read_text())
+        described = json.loads(info_path.read_text())
+        if "sha256" not in described:  # made by an older harness: hash it once
+            described["sha256"] = sha256_file(path)
+            info_path.write_text(json.dumps(described, indent=1))
+        return path, described
     say(f"synthesizing a qwen3moe model ({spec.size or 'default size'}, {spec.quant}) into {path}")
     tmp = path.with_suffix(".partial")
     info = synth_moe(tmp, size_bytes=parse_size(spec.size) if spec.size is not None else None,
@@ -64,6 +79,46 @@ def synth_model(spec: SynthSpec, say: Say, cache: Path = MODEL_CACHE) -> tuple[P
                      quant=spec.quant, seed=spec.seed)
     described = {k: v for k, v in info.to_dict().items() if k != "tensors"}
     described["path"] = str(path)
+    described["sha256"] = sha256_file(tmp)
     os.replace(tmp, path)
     info_path.write_text(json.dumps(described, indent=1))
     return path, described
+
+
+def prepare_target(session: Any, engines: dict[str, EngineSpec], models: dict[str, tuple[str, dict[str, Any]]],
+                   experiment_dir: Path, say: Say) -> None:
+    """Build ``engines`` on the board and push ``models`` (file name -> (local path, description)) to it;
+    fills ``session.engines`` and ``session.models``."""
+    from harness.engines.llamacpp.remote import build_on_target
+
+    for name, spec in engines.items():
+        patches, flags = _engine_inputs(spec, experiment_dir)
+        session.engines[name] = build_on_target(session, spec.source, flags, patches, BUILD_CACHE / "sources", say)
+    for name, (path, info) in models.items():
+        session.models[name] = push_file(session, Path(path), info["sha256"], say)
+
+
+def push_file(session: Any, local: Path, sha256: str, say: Say) -> str:
+    """``local`` on the board under ``<workdir>/cache/models``; sent only when the board lacks this content.
+
+    The ``.sha256`` beside it is written only after the board hashed what arrived, so its presence means
+    a complete, verified copy (a pull cut short or a flipped byte is sent again)."""
+    transport = session.transport
+    remote = f"{session.workdir}/cache/models/{local.name}"
+    marker = f"{remote}.sha256"
+    found = transport.run(["cat", marker])
+    if found.returncode == 0 and found.stdout.decode().strip() == sha256 and transport.exists(remote):
+        return remote
+    size = local.stat().st_size
+    say(f"{session.target.name}: pushing {local.name} ({size / 2**20:.0f} MiB) to {remote}")
+    transport.put(local, remote)
+    done = transport.run([session.python, "-m", "runner", "sha256", remote], cwd=session.runner_root, timeout=3600)
+    got = done.stdout.decode().strip()
+    if done.returncode != 0 or got != sha256:
+        transport.run(["rm", "-f", remote])
+        raise TargetError(f"target {session.target.name}: {remote} arrived damaged (sha256 {got[:12] or '?'}, "
+                          f"expected {sha256[:12]})")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "sha").write_text(sha256 + "\n")
+        transport.put(Path(tmp) / "sha", marker)
+    return remote

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ class TargetSession:
     native_bin: str
     deployed: dict[str, Any] | None = None  # what harness.deploy pushed and built (for the manifest)
     lease: Any = None  # harness.lease.Lease held on the board while this session lives
+    engines: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine name -> build record (on the board)
+    models: dict[str, str] = field(default_factory=dict)  # file name -> path of a pushed synthetic model
 
     @property
     def python(self) -> str:

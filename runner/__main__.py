@@ -1,4 +1,5 @@
-"""``python3 -m runner run SPEC | probe [--file F]... [--block-device D] | mkfile PATH SIZE``."""
+"""``python3 -m runner run SPEC | probe [--file F]... [--block-device D] | mkfile PATH SIZE | sha256 PATH
+| engine build|check SPEC``."""
 
 import argparse
 import json
@@ -19,6 +20,11 @@ def main(argv=None):
     mk_p = sub.add_parser("mkfile", help="create an incompressible data file of SIZE bytes, synced to disk")
     mk_p.add_argument("path")
     mk_p.add_argument("size", type=int)
+    hash_p = sub.add_parser("sha256", help="print a file's sha256 (boards without sha256sum: macOS, old Android)")
+    hash_p.add_argument("path")
+    engine_p = sub.add_parser("engine", help="build an engine into the board's build cache (or check the cache)")
+    engine_p.add_argument("mode", choices=["build", "check"])
+    engine_p.add_argument("spec")
     args = parser.parse_args(argv)
 
     if args.command == "run":
@@ -29,7 +35,25 @@ def main(argv=None):
     if args.command == "mkfile":
         print(json.dumps(util.make_data_file(args.path, args.size)))
         return 0
+    if args.command == "sha256":
+        print(util.sha256_file(args.path))
+        return 0
+    if args.command == "engine":
+        return _engine(args.mode, args.spec)
     return 2
+
+
+def _engine(mode, spec):
+    from runner import enginebuild
+
+    try:
+        record = enginebuild.run_spec(spec, check_only=mode == "check")
+    except enginebuild.EngineBuildError as exc:
+        print("error: %s" % exc, file=sys.stderr, flush=True)
+        return 1
+    # the controller reads the last line: the build record (or null on a cache miss)
+    print(json.dumps(record, sort_keys=True), flush=True)
+    return 0
 
 
 if __name__ == "__main__":

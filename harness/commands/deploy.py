@@ -1,27 +1,38 @@
-"""``harness deploy TARGET``: push the runner and build its native tools on targets (skipped when unchanged)."""
+"""``harness deploy TARGET [--experiment FILE]``: push the runner and build its native tools on targets; with an
+experiment, also build its engines on the boards and push its synthetic models (each skipped when unchanged)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from harness.commands.common import TargetsDirOpt, console
+from harness.config.experiment import load_experiment
 from harness.config.target import load_targets, select_targets
 from harness.lease import DEFAULT_WAIT_S
+from harness.prepare import prepare_target
 from harness.session import open_session
 
 
 def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
            targets_dir: Path = TargetsDirOpt,
            lease_wait: float = typer.Option(DEFAULT_WAIT_S, "--lease-wait", metavar="SECONDS",
-                                            help="how long to wait for a board another campaign holds")) -> None:
+                                            help="how long to wait for a board another campaign holds"),
+           experiment: Path | None = typer.Option(None, "--experiment", "-e", metavar="FILE",
+                                                  help="also build this experiment's engines on the boards and "
+                                                       "push its synthetic models")) -> None:
     """Push runner/ to each target's workdir and build it there; unchanged files are not sent again."""
+    needs = _experiment_needs(experiment) if experiment is not None else None
     for chosen in select_targets(target, load_targets(targets_dir)):
         # under the board's lease: a campaign running there must not see its runner change
         session = open_session(chosen, lease_for="deploy", lease_wait_s=lease_wait, on_wait=console.print)
         try:
             info = session.deployed
+            if needs is not None and info is not None:
+                prepare_target(session, *needs, console.print)
+                _report_engines(chosen.name, session.engines, session.models)
         finally:
             session.close()
         if info is None:
@@ -33,6 +44,29 @@ def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
         console.print(f"{chosen.name}: {what}, {info['removed_files'] and len(info['removed_files']) or 0} removed, "
                       f"{built}; tree {info['tree_hash'][:12]} in {info['remote_root']} "
                       f"({info['compiler']}) in {info['duration_s']:.2f} s", highlight=False)
+
+
+def _experiment_needs(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, dict[str, Any]]], Path]:
+    """The engines an experiment's steps use and its synthetic models (made here, cached)."""
+    from harness.plan import build_plan
+    from harness.prepare import engines_needed, synth_model
+    from harness.steps import STEPS
+
+    loaded = load_experiment(path)
+    exp = loaded.experiment
+    step_engines = {STEPS[run.step].engine for run in build_plan(loaded).runs} - {None}
+    models = {name: (str(p), info) for name, spec in exp.named_files().items() if spec.synth is not None
+              for p, info in [synth_model(spec.synth, console.print)]}
+    return engines_needed(exp, step_engines), models, path.resolve().parent  # type: ignore[arg-type]
+
+
+def _report_engines(name: str, engines: dict[str, dict[str, Any]], models: dict[str, str]) -> None:
+    for engine, build in engines.items():
+        what = "built" if build["built"] else "already built (cache hit)"
+        console.print(f"{name}: {engine} {what}, key {build['key'][:12]}, {build['transferred_bytes']} bytes sent, "
+                      f"binaries in {build['dir']}/build/bin ({build['duration_s']:.1f} s)", highlight=False)
+    for file, remote in models.items():
+        console.print(f"{name}: model {file} at {remote}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

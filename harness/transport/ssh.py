@@ -211,14 +211,19 @@ class SshTransport:
                     self.reconnects += 1
 
     # ------------------------------------------------------------------ commands
-    def _exec(self, conn: Any, command: str, stdin: bytes | None, timeout: float | None) -> tuple[int, bytes, bytes]:
+    def _exec(self, conn: Any, command: str, stdin: bytes | Path | None,
+              timeout: float | None) -> tuple[int, bytes, bytes]:
         transport = conn.transport
         if transport is None or not transport.is_active():
             raise ConnectionLost("not connected")
         chan = transport.open_session(timeout=CHANNEL_OPEN_TIMEOUT_S)
         try:
             chan.exec_command(command)
-            if stdin:
+            if isinstance(stdin, Path):  # a file goes in chunks: a model can be larger than this machine's memory
+                with open(stdin, "rb") as src:
+                    for block in iter(lambda: src.read(1 << 20), b""):
+                        chan.sendall(block)
+            elif stdin:
                 chan.sendall(stdin)
             chan.shutdown_write()
             out, err = bytearray(), bytearray()
@@ -251,7 +256,7 @@ class SshTransport:
             raise TargetError(f"{argv[0]}: not found on target {self.target_name}")
         return CommandResult(tuple(argv), status, out, err)
 
-    def shell(self, script: str, *, stdin: bytes | None = None, timeout: float | None = None) -> CommandResult:
+    def shell(self, script: str, *, stdin: bytes | Path | None = None, timeout: float | None = None) -> CommandResult:
         """A fixed shell snippet (values already quoted by the caller)."""
         status, out, err = self._retrying(lambda conn: self._exec(conn, script, stdin, timeout))
         return CommandResult(("sh", "-c", script), status, out, err)
@@ -263,12 +268,11 @@ class SshTransport:
         if local.is_dir():
             data = tar_tree(local)
             script = f"rm -rf {q} && mkdir -p {q} && tar -C {q} -xf -"
-        else:
-            data = local.read_bytes()
-            parent = shlex.quote(os.path.dirname(remote) or ".")
-            # write then rename: a partial upload never looks complete
-            script = f"mkdir -p {parent} && cat > {q}.part && mv -f {q}.part {q}"
-        self.shell(script, stdin=data).check()
+            self.shell(script, stdin=data).check()
+            return
+        parent = shlex.quote(os.path.dirname(remote) or ".")
+        # streamed, then renamed: a partial upload never looks complete
+        self.shell(f"mkdir -p {parent} && cat > {q}.part && mv -f {q}.part {q}", stdin=local, timeout=3600).check()
 
     def put_bytes(self, data: bytes, remote: str) -> None:
         q = shlex.quote(remote)

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -22,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from harness.engines.errors import BuildError
+from runner import enginebuild
 
 _SDIST_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9.+!_-]+)\s*$")
 
@@ -85,17 +85,12 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _skip_dir(d: Path) -> bool:
-    # .git holds no build input; a cmake build dir inside the tree would make the hash depend on old builds.
-    return d.name == ".git" or (d / "CMakeCache.txt").exists()
-
-
 def tree_sha256(root: Path) -> str:
     """Content hash of a source tree: relative paths, file bytes, symlink targets, exec bits."""
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not _skip_dir(here / d))
+        dirnames[:] = sorted(d for d in dirnames if not enginebuild.skip_dir(str(here / d)))
         for name in sorted(filenames):
             p = here / name
             rel = p.relative_to(root).as_posix()
@@ -107,13 +102,6 @@ def tree_sha256(root: Path) -> str:
             mode = "x" if os.access(p, os.X_OK) else "f"
             h.update(f"{mode} {rel} {sha256_file(p)}\n".encode())
     return h.hexdigest()
-
-
-def copy_tree(src: Path, dst: Path) -> None:
-    """Copy a source tree without VCS metadata or in-tree build dirs (patches must not reach the original)."""
-    def ignore(d: str, names: list[str]) -> set[str]:
-        return {n for n in names if n == ".git" or _skip_dir(Path(d) / n)}
-    shutil.copytree(src, dst, symlinks=True, ignore=ignore)
 
 
 def _llama_root(d: Path) -> Path:
@@ -182,30 +170,11 @@ def _prepare_sdist(spec: str, cache: Path) -> PreparedSource:
 
 
 def _prepare_git(url: str, commit: str, cache: Path) -> PreparedSource:
-    slug = hashlib.sha256(url.encode()).hexdigest()[:16]
-    log = cache / "fetch.log"
-    dest = cache / "git" / f"{slug}-{commit[:12]}"
-    done = dest / ".harness-checkout"
-
-    def git(*args: str, what: str) -> str:
-        return _run(["git", "-C", str(dest), *args], what=what, log=log)
-
-    if not done.is_file():
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir(parents=True)
-        git("init", "-q", what="git init")
-        git("remote", "add", "origin", url, what="git remote add")
-        try:  # a full SHA can be fetched shallowly from most servers; short ones and old servers need history
-            git("fetch", "-q", "--depth", "1", "origin", commit, what="git fetch")
-            git("checkout", "-q", "--detach", "FETCH_HEAD", what="git checkout")
-        except BuildError:
-            git("fetch", "-q", "origin", what=f"git fetch {url}")
-            git("checkout", "-q", "--detach", commit, what=f"git checkout {commit}")
-        done.write_text(url + "\n")
-    full = git("rev-parse", "HEAD", what="git rev-parse").strip()
-    if not full.startswith(commit.lower()):
-        raise BuildError(f"git checkout of {url} is at {full}, not {commit}")
-    return PreparedSource(tree=_llama_root(dest), identity={"kind": "git", "url": url, "commit": full},
+    try:
+        checkout, full = enginebuild.git_checkout(url, commit, str(cache))
+    except enginebuild.EngineBuildError as exc:
+        raise BuildError(str(exc)) from None
+    return PreparedSource(tree=_llama_root(Path(checkout)), identity={"kind": "git", "url": url, "commit": full},
                           commit=full)
 
 

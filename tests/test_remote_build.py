@@ -1,0 +1,191 @@
+"""Engines built on a board over real SSH, keyed like local builds, and synthetic models pushed to it.
+
+Two kinds of source tree:
+- a tiny CMake project laid out like llama.cpp (CMakeLists.txt + ggml/, targets llama-bench and
+  llama-server) for the build machinery itself: push, patch, configure, build, cache hit, failures. It
+  builds in seconds, so every run of the suite takes the full first-build path.
+- the real llama.cpp from the llama-cpp-python sdist, in a campaign that runs llama-bench on the board.
+  Its board workdir persists like ~/.cache/harness (a real build takes minutes on 2 cores), so the
+  first suite run builds it on the board and later ones check the cache hit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.config.target import load_target
+from harness.engines.errors import BuildError
+from harness.engines.llamacpp.build import BASE_CMAKE_FLAGS, cache_key, compiler_identity
+from harness.engines.llamacpp.remote import build_on_target
+from harness.engines.llamacpp.source import SourceSpec, prepare_source, sha256_file
+from harness.results.loader import load_result_set
+from harness.session import TargetSession, open_session
+from tests.conftest import run_cli
+from tests.sshd import SshServer, sshd_unavailable
+
+pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
+
+MAIN_C = """#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) { printf("version: " GREETING " (" COMMIT ")\\n"); }
+    return 0;
+}
+"""
+CMAKE = """cmake_minimum_required(VERSION 3.10)
+project(tiny C)
+set(LLAMA_BUILD_COMMIT "unknown" CACHE STRING "")
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+foreach(t llama-bench llama-server)
+  add_executable(${t} main.c)
+  target_compile_definitions(${t} PRIVATE GREETING="hello" COMMIT="${LLAMA_BUILD_COMMIT}")
+endforeach()
+"""
+PATCH = """--- a/main.c
++++ b/main.c
+@@ -2,3 +2,3 @@
+ #include <string.h>
+-int main(int argc, char **argv) {
++int main(int argc, char **argv) { /* patched */
+     if (argc > 1 && strcmp(argv[1], "--version") == 0) { printf("version: " GREETING " (" COMMIT ")\\n"); }
+"""
+
+
+def _tiny_tree(root: Path, cmake: str = CMAKE) -> Path:
+    (root / "ggml").mkdir(parents=True)
+    (root / "ggml" / "README").write_text("stands in for ggml/ so the tree is recognised as llama.cpp\n")
+    (root / "CMakeLists.txt").write_text(cmake)
+    (root / "main.c").write_text(MAIN_C)
+    return root
+
+
+@pytest.fixture()
+def session(sshd: SshServer, tmp_path: Path) -> Iterator[TargetSession]:
+    workdir = f"/var/tmp/harness-ssh-tests/{uuid.uuid4().hex[:8]}"
+    sshd.write_target(tmp_path / "targets", "board", workdir=workdir)
+    opened = open_session(load_target(tmp_path / "targets" / "board.yaml"))
+    yield opened
+    opened.close()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _board_ls(session: TargetSession, path: str) -> list[str]:
+    return session.transport.run(["ls", path]).stdout.decode().split()
+
+
+def test_pushed_tree_builds_on_the_board_then_is_a_cache_hit(session: TargetSession, tmp_path: Path) -> None:
+    tree = _tiny_tree(tmp_path / "tiny")
+    patch = tmp_path / "greeting.patch"
+    patch.write_text(PATCH)
+    messages: list[str] = []
+    first = build_on_target(session, {"path": str(tree)}, [], [patch], tmp_path / "sources", messages.append)
+    assert first["built"] and first["location"] == "target" and first["transferred_bytes"] > 0
+    assert any("pushing the llama.cpp source" in m for m in messages)
+    # keyed like a local build of the same inputs with this (same) compiler
+    identity = prepare_source(SourceSpec(path=tree), tmp_path / "sources").identity
+    assert first["key"] == cache_key(identity, list(BASE_CMAKE_FLAGS), [sha256_file(patch)], compiler_identity())
+    assert first["dir"] == f"{session.workdir}/cache/builds/{first['key']}"
+    assert first["patches"][0]["sha256"] == sha256_file(patch)
+    for target in ("llama-bench", "llama-server"):
+        binary = first["binaries"][target]
+        assert binary.startswith(session.workdir)
+        ran = session.transport.run([binary, "--version"])
+        assert ran.stdout.decode().strip() == "version: hello (unknown)" == first["versions"][target]
+    board_main = session.transport.read_file(f"{first['dir']}/src/main.c").decode()
+    assert "/* patched */" in board_main and "/* patched */" not in (tree / "main.c").read_text()
+
+    messages.clear()
+    again = build_on_target(session, {"path": str(tree)}, [], [patch], tmp_path / "sources", messages.append)
+    assert not again["built"] and again["transferred_bytes"] == 0 and not messages
+    assert again["key"] == first["key"] and again["binary_sha256"] == first["binary_sha256"]
+
+    # a changed flag is another build (another key), from the source already on the board
+    flagged = build_on_target(session, {"path": str(tree)}, ["-DTINY_UNUSED=1"], [patch], tmp_path / "sources",
+                              messages.append)
+    assert flagged["built"] and flagged["key"] != first["key"]
+    assert flagged["transferred_bytes"] == 0 and "TINY_UNUSED" in flagged["unused_cmake_vars"]
+
+
+def test_git_source_is_fetched_by_the_board(session: TargetSession, tmp_path: Path) -> None:
+    repo = _tiny_tree(tmp_path / "repo")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "tiny"]):
+        subprocess.run([*git, *args], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    source = {"git": f"file://{repo}", "commit": commit[:10]}  # a short commit is resolved by the board
+    record = build_on_target(session, source, [], [], tmp_path / "sources", print)
+    assert record["built"] and record["transferred_bytes"] == 0  # nothing pushed: the board fetched it
+    assert record["source"] == {"kind": "git", "url": f"file://{repo}", "commit": commit}
+    assert record["versions"]["llama-bench"] == f"version: hello ({commit[:7]})"
+    full = build_on_target(session, {"git": f"file://{repo}", "commit": commit}, [], [], tmp_path / "sources", print)
+    assert not full["built"] and full["key"] == record["key"]
+
+
+def test_failed_board_build_is_one_line_naming_the_board_log(session: TargetSession, tmp_path: Path) -> None:
+    tree = _tiny_tree(tmp_path / "broken", cmake=CMAKE + "this_is_not_a_cmake_command(\n")
+    with pytest.raises(BuildError) as caught:
+        build_on_target(session, {"path": str(tree)}, [], [], tmp_path / "sources", print)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("target board: llama.cpp build failed: llama.cpp cmake configure failed")
+    log = message.rsplit("log: ", 1)[1]
+    assert log.startswith(f"{session.workdir}/cache/builds/") and log.endswith("/build.log")
+    assert b"Configuring incomplete, errors occurred" in session.transport.read_file(log)
+
+
+# --- the real engine on the board -------------------------------------------------------------------------
+
+BOARD_CACHE = Path(os.environ.get("HARNESS_TEST_BOARD", "/var/tmp/harness-test-board"))
+REMOTE_BENCH = """\
+name: remote-bench
+model: {synth: {layers: 4, experts: 8, used: 2}}
+cache: cold
+steps:
+  - llama-bench: {args: [-p, 8, -n, 8, -t, 1, -r, 1]}
+"""
+
+
+@pytest.mark.slow
+def test_campaign_builds_llamacpp_on_the_board_and_runs_it(sshd: SshServer, tmp_path: Path) -> None:
+    sshd.write_target(tmp_path / "targets", "board", workdir=str(BOARD_CACHE))
+    exp = tmp_path / "remote.yaml"
+    exp.write_text(REMOTE_BENCH)
+
+    def campaign() -> dict:
+        done = run_cli("run", str(exp), "--target", "board", "--targets-dir", str(tmp_path / "targets"),
+                       "--results", str(tmp_path / "results"), timeout=3600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        newest = max((tmp_path / "results").iterdir(), key=lambda p: p.stat().st_mtime)
+        rs = load_result_set(newest)
+        assert rs.complete and [r["status"] for r in rs.manifest["runs"]] == ["ok"]
+        bench = rs.table("bench")
+        assert len(bench) >= 2 and (bench["avg_ts"] > 0).all()
+        (entry,) = rs.manifest["targets"]
+        return {"entry": entry, "files": rs.manifest["files"]["board"], "rs": rs, "out": done.stdout}
+
+    first = campaign()
+    build = first["entry"]["engines"]["llama.cpp"]
+    assert build["location"] == "target" and build["dir"].startswith(f"{BOARD_CACHE}/cache/builds/")
+    assert build["source"]["kind"] == "sdist" and build["commit"].startswith("0c1e570")
+    assert "0c1e570" in build["versions"]["llama-bench"]
+    # the board's build is keyed like this machine's (same compiler here)
+    identity = build["source"]
+    flags = [f for f in build["cmake_flags"] if not f.startswith("-DLLAMA_BUILD_COMMIT=")]
+    assert build["key"] == cache_key(identity, flags, [], compiler_identity())
+    model = first["files"]["model"]
+    assert model["path"].startswith(f"{BOARD_CACHE}/cache/models/") and model["size_bytes"] > 0
+    assert first["rs"].manifest["engines"] == {}  # nothing was built on the controller for a board
+
+    second = campaign()
+    again = second["entry"]["engines"]["llama.cpp"]
+    assert not again["built"] and again["transferred_bytes"] == 0 and again["key"] == build["key"]
+    assert "pushing" not in second["out"] and "building llama.cpp on the board" not in second["out"]
+    assert json.dumps(second["files"]["model"]["path"]) == json.dumps(model["path"])
