@@ -189,3 +189,9 @@ def test_campaign_builds_llamacpp_on_the_board_and_runs_it(sshd: SshServer, tmp_
     assert not again["built"] and again["transferred_bytes"] == 0 and again["key"] == build["key"]
     assert "pushing" not in second["out"] and "building llama.cpp on the board" not in second["out"]
     assert json.dumps(second["files"]["model"]["path"]) == json.dumps(model["path"])
+
+    # `harness deploy --experiment` answers from the board's cache: nothing sent, nothing built
+    deployed = run_cli("deploy", "board", "--targets-dir", str(tmp_path / "targets"), "--experiment", str(exp))
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    assert "llama.cpp already built (cache hit)" in deployed.stdout and "0 bytes sent" in deployed.stdout
+    assert f"model model at {model['path']}" in deployed.stdout
