@@ -9,6 +9,9 @@
    spec push, detached start, DONE polling latency, pull with checksums, cleanup. Target <= 1.5 s.
 2. Second deploy: deploy_runner on a workdir that already holds this tree (one manifest read, no
    transfer, no build), alone and with a fresh connection (what `harness deploy` pays). Target <= 1 s.
+3. llama.cpp on the board (--engine): the board's build (pushed sdist tree, built there; minutes, once per
+   board workdir, which persists at --engine-workdir) and then the cost of finding it in the board's cache
+   (what every later campaign pays).
 
 Needs root (sshd) and openssh-server; starts its own sshd and stops it by pid.
 """
@@ -82,10 +85,37 @@ def summary(values: list[float]) -> str:
             f"max {max(values):.3f} s (n={len(values)})")
 
 
+def engine_on_board(server: SshServer, targets: Path, workdir: str, repeats: int) -> None:
+    from harness.config.experiment import EngineSpec
+    from harness.engines.llamacpp.remote import build_on_target
+    from harness.prepare import BUILD_CACHE, _engine_inputs
+    from harness.session import open_session
+
+    server.write_target(targets, "board", workdir=workdir)
+    spec = EngineSpec()
+    patches, flags = _engine_inputs(spec, ROOT)
+    session = open_session(load_target(targets / "board.yaml"))
+    try:
+        first = build_on_target(session, spec.source, flags, patches, BUILD_CACHE / "sources", lambda _m: None)
+        what = "built" if first["built"] else "was already in the board's cache"
+        print(f"llama.cpp on the board: {what} in {first['duration_s']:.1f} s "
+              f"({first['transferred_bytes'] / 2**20:.1f} MiB sent)")
+        hits = []
+        for _ in range(repeats):
+            again = build_on_target(session, spec.source, flags, patches, BUILD_CACHE / "sources", lambda _m: None)
+            assert not again["built"] and again["transferred_bytes"] == 0, again
+            hits.append(again["duration_s"])
+        print(f"llama.cpp on the board, cache hit (no transfer, no build): {summary(hits)}")
+    finally:
+        session.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--deploys", type=int, default=5)
+    parser.add_argument("--engine", action="store_true", help="also time llama.cpp built on the board")
+    parser.add_argument("--engine-workdir", default="/var/tmp/harness-test-board")
     args = parser.parse_args()
     if sshd_unavailable():
         sys.exit(f"cannot start sshd: {sshd_unavailable()}")
@@ -119,6 +149,8 @@ def main() -> None:
             with_connect.append(t2 - t0)
         print(f"second deploy (unchanged tree), deploy only:       {summary(alone)}")
         print(f"second deploy (unchanged tree), connect + deploy:  {summary(with_connect)}")
+        if args.engine:
+            engine_on_board(server, targets, args.engine_workdir, args.deploys)
     finally:
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
