@@ -65,7 +65,8 @@ def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
     base = tmp_path_factory.mktemp("e2e")
     exp = base / "e2e.yaml"
     exp.write_text(SMALL)
-    scratch = Path("/var/tmp/harness-tests") / base.name
+    # per process: two test sessions at once must not share (and drop or prefetch) each other's data file
+    scratch = Path("/var/tmp/harness-tests") / f"{base.name}-{os.getpid()}"
     done = run_campaign(str(exp), "--results", str(base / "results"), "--scratch", str(scratch))
     sets = list((base / "results").iterdir())
     return {"done": done, "sets": sets, "results": base / "results", "scratch": scratch}

@@ -188,7 +188,7 @@ def test_campaign_with_llama_steps_fills_bench_and_requests(tmp_path: Path, llam
     exp = tmp_path / "llama-e2e.yaml"
     exp.write_text(CAMPAIGN)
     done = run_cli("run", str(exp), "--results", str(tmp_path / "results"),
-                   "--scratch", f"/var/tmp/harness-tests/{tmp_path.name}")
+                   "--scratch", f"/var/tmp/harness-tests/{tmp_path.name}-{os.getpid()}")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (result_set,) = (tmp_path / "results").iterdir()
     tables = result_set / "tables"
