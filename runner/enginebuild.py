@@ -175,6 +175,11 @@ def build_cached(tree, identity, commit, flags, patches, cache_dir, targets=DEFA
 
 
 def _build(tree, identity, commit, flags, patches, compiler, key, key_dir, targets, jobs, say):
+    missing = [tool for tool in ("cmake", os.environ.get("CC", "cc"), os.environ.get("CXX", "c++"))
+               if shutil.which(tool) is None]
+    if missing:
+        raise EngineBuildError("cannot build llama.cpp here: %s not installed (apt-get install cmake gcc g++)"
+                               % ", ".join(missing))
     src, bld, logf = (os.path.join(key_dir, name) for name in ("src", "build", "build.log"))
     configure = list(flags)
     if commit:  # the copy has no .git, so tell build-info what `git rev-parse --short` would have

@@ -195,3 +195,28 @@ def test_campaign_builds_llamacpp_on_the_board_and_runs_it(sshd: SshServer, tmp_
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
     assert "llama.cpp already built (cache hit)" in deployed.stdout and "0 bytes sent" in deployed.stdout
     assert f"model model at {model['path']}" in deployed.stdout
+
+
+def test_a_board_without_cmake_says_so_in_one_line(sshd: SshServer, tmp_path: Path) -> None:
+    workdir = f"/var/tmp/harness-ssh-tests/{uuid.uuid4().hex[:8]}"
+    real_python = subprocess.run(["python3", "-c", "import sys; print(sys.executable)"], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    sshd.write_target(tmp_path / "targets", "board", workdir=workdir, extra=f"python: {real_python}\n")
+    opened = open_session(load_target(tmp_path / "targets" / "board.yaml"))
+    try:
+        # the board's builder runs with a PATH that has a compiler but no cmake
+        bare = f"{workdir}/bare-bin"
+        opened.transport.run(["sh", "-c", f"mkdir -p {bare} && for t in cc c++ sh setsid nohup; do "
+                                          f"ln -sf $(command -v $t) {bare}/$t; done"]).check()
+        original = opened.transport.start_detached
+
+        def without_cmake(argv, *, cwd, log, env=None):  # noqa: ANN001, ANN202
+            return original(argv, cwd=cwd, log=log, env={**(env or {}), "PATH": bare})
+
+        opened.transport.start_detached = without_cmake  # type: ignore[method-assign]
+        with pytest.raises(BuildError, match=r"^target board: llama.cpp build failed: cannot build llama.cpp here: "
+                                             r"cmake not installed \(apt-get install cmake gcc g\+\+\)$"):
+            build_on_target(opened, {"path": str(_tiny_tree(tmp_path / "t"))}, [], [], tmp_path / "sources", print)
+    finally:
+        opened.close()
+        shutil.rmtree(workdir, ignore_errors=True)
