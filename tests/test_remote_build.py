@@ -220,3 +220,19 @@ def test_a_board_without_cmake_says_so_in_one_line(sshd: SshServer, tmp_path: Pa
     finally:
         opened.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_board_build_survives_a_dropped_connection(sshd: SshServer, session: TargetSession, tmp_path: Path) -> None:
+    slow = CMAKE + "add_custom_target(slow COMMAND sleep 4)\nadd_dependencies(llama-bench slow)\n"
+    tree = _tiny_tree(tmp_path / "slow", cmake=slow)
+    messages: list[str] = []
+    session.transport.on_event = messages.append  # type: ignore[attr-defined]
+
+    def drop_when_compiling(line: str) -> None:
+        messages.append(line)
+        if "compiling" in line:
+            assert sshd.drop_connections(), "no ssh session to drop"
+
+    record = build_on_target(session, {"path": str(tree)}, [], [], tmp_path / "sources", drop_when_compiling)
+    assert record["built"] and set(record["binaries"]) == {"llama-bench", "llama-server"}
+    assert any("connection lost" in m for m in messages) and any("reconnected" in m for m in messages)
