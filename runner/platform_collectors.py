@@ -48,14 +48,44 @@ def _can_sudo():
                           stderr=subprocess.DEVNULL, check=False).returncode == 0
 
 
+# jetson-stats' socket (its module constant jtop.service.JTOP_PIPE): the jtop service listens there,
+# root:jtop srw-rw----, and the client connects there. Tests put it under probe.ROOT.
+JTOP_SOCKET = "/run/jtop.sock"
+
+
+def _jtop_socket(service):
+    """Where the client connects: jetson-stats' own path on a board, the same path under a test root."""
+    return _p(JTOP_SOCKET) if probe.ROOT else service.JTOP_PIPE
+
+
 def _jtop_reason():
     try:
-        import jtop  # noqa: F401  (jetson-stats)
+        from jtop import service  # jetson-stats
     except ImportError:
         return "jetson-stats is not installed (sudo pip3 install -U jetson-stats, then reboot)"
-    if not os.path.exists(_p("/run/jtop.sock")):
-        return "the jtop service is not running (sudo systemctl restart jtop.service)"
+    except Exception as exc:  # noqa: BLE001 - a broken install is a reason, not a crash
+        return "jetson-stats cannot be imported: %r" % exc
+    sock = _jtop_socket(service)
+    if not os.path.exists(sock):
+        return "the jtop service is not running: no %s (sudo systemctl restart jtop.service)" % sock
+    if not os.access(sock, os.R_OK | os.W_OK):
+        return ("no permission to connect to %s: the user must be in group jtop "
+                "(sudo usermod -aG jtop $USER, then log in again)" % sock)
     return None
+
+
+def _jtop_message(exc):
+    """One line from the jetson-stats client's errors (its messages span lines: 'Please run:\\nsudo ...')."""
+    import queue
+
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if type(exc).__name__ == "JtopException":
+        return "jtop service: " + text
+    if isinstance(exc, queue.Empty):
+        return "jtop service: no answer to the client's request (is jtop.service hung?)"
+    if isinstance(exc, (EOFError, OSError)):
+        return "jtop service: connection error (%s%s)" % (type(exc).__name__, ": " + text if text else "")
+    return "jtop client: %s%s" % (type(exc).__name__, ": " + text if text else "")
 
 
 def unavailable_reason(kind):
@@ -223,30 +253,72 @@ class Snapshotter:
 
 
 class JtopSampler(Snapshotter):
-    """jetson-stats: one JSON line of ``jetson.stats`` per period (its service does the sampling)."""
+    """jetson-stats: one JSON line per sample of the jtop service (it does the sampling at our period):
+    ``{"t_ns", "interval_s", "stats": jetson.stats, "memory": RAM/SWAP/EMC in kB and kHz, "cpu_freq_khz": [...],
+    "gpu_freq_khz": {name: kHz}, "power": jetson.power}`` — the structured parts give the tegrastats
+    columns (MB, MHz, average power) that ``stats`` reduces to fractions.
+
+    ``start`` connects in the caller's thread, so a service that is down, of another version or refuses
+    the user is ``Unavailable`` before the step, like a missing tool."""
 
     def __init__(self, period_ms, out_path):
         Snapshotter.__init__(self, "jtop", period_ms, out_path, None)
+        self.jetson = None
 
     def start(self):
+        from jtop import jtop, service
+
+        # the client reads this module constant when it is constructed (jetson-stats 7.x: no other knob)
+        service.JTOP_PIPE = _jtop_socket(service)
+        self.jetson = jtop(interval=self.period_s)
+        try:
+            self.jetson.start()  # connect, version check, first sample
+        except Exception as exc:  # noqa: BLE001 - every client error becomes the reason
+            self._close()
+            raise Unavailable(_jtop_message(exc)) from None
         open(self.out_path, "w").close()
         self.thread = threading.Thread(target=self._loop, name="collector-jtop", daemon=True)
         self.thread.start()
 
+    def _close(self):
+        try:
+            self.jetson.close()
+        except Exception:  # noqa: BLE001 - closing a broken client must not hide the first error
+            pass
+
+    def _line(self):
+        jetson = self.jetson
+        memory = {name: {k: v for k, v in part.items() if k != "table"} for name, part in jetson.memory.items()}
+        cpus = jetson.cpu.get("cpu", [])
+        # interval_s: the service's period, which is the first client's, not ours, when another client runs
+        return {"t_ns": time.monotonic_ns(), "interval_s": jetson.interval, "stats": dict(jetson.stats),
+                "memory": memory,
+                "cpu_freq_khz": [(c.get("freq") or {}).get("cur") if c.get("online") else None for c in cpus],
+                "gpu_freq_khz": {name: (gpu.get("freq") or {}).get("cur") for name, gpu in jetson.gpu.items()},
+                "power": jetson.power}
+
     def _loop(self):
         try:
-            from jtop import JtopException, jtop
-        except ImportError:
-            self.error = "jtop: " + (_jtop_reason() or "cannot import jtop")
-            return
-        try:
-            with jtop(interval=self.period_s) as jetson, open(self.out_path, "a") as out:
-                while not self.stop_event.is_set() and jetson.ok():
-                    stats = dict(jetson.stats)
-                    out.write(json.dumps({"t_ns": time.monotonic_ns(), "stats": stats}, default=str) + "\n")
+            with open(self.out_path, "a") as out:
+                # the first sample is there when start() returns; one more after the stop (the last one)
+                while True:
+                    if not self.jetson.ok():  # blocks until the next sample, at most 3 periods
+                        if not self.stop_event.is_set():
+                            self.error = ("jtop service: no sample for %.1f s, the jtop collector stopped early "
+                                          "(is jtop.service alive?)" % (3 * self.period_s))
+                        break
+                    out.write(json.dumps(self._line(), default=str) + "\n")
                     out.flush()
-        except JtopException as exc:
-            self.error = "jtop service: %s" % str(exc).strip().splitlines()[0]
+                    if self.stop_event.is_set():
+                        break
+        except Exception as exc:  # noqa: BLE001 - reported in the run record, never kills the run
+            self.error = _jtop_message(exc)
+        finally:
+            self._close()
+
+    def stop(self, timeout=None):
+        # the loop notices the stop after the next sample: up to 3 periods when the service is slow
+        return Snapshotter.stop(self, timeout or max(5.0, 3 * self.period_s + 1))
 
 
 def start(specs, run_dir):
@@ -255,22 +327,25 @@ def start(specs, run_dir):
     for kind, spec in specs.items():
         if kind not in KINDS:
             continue
-        reason = unavailable_reason(kind)
-        if reason:
+        period = int(spec.get("period_ms", 1000))
+        try:
+            reason = unavailable_reason(kind)
+            if reason:
+                raise Unavailable(reason)
+            if kind in PROCESS_KINDS:
+                item = _process(kind, spec, run_dir)
+            elif kind == "jtop":
+                item = JtopSampler(period, os.path.join(run_dir, "jtop.jsonl"))
+            else:
+                item = Snapshotter(kind, period, os.path.join(run_dir, kind + ".txt"), SNAPSHOTS[kind])
+            item.start()
+        except Unavailable as exc:
             if spec.get("optional"):
-                skipped[kind] = reason
+                skipped[kind] = str(exc)
                 continue
             for item in running:
                 item.stop()
-            raise Unavailable("collector %s: %s" % (kind, reason))
-        period = int(spec.get("period_ms", 1000))
-        if kind in PROCESS_KINDS:
-            item = _process(kind, spec, run_dir)
-        elif kind == "jtop":
-            item = JtopSampler(period, os.path.join(run_dir, "jtop.jsonl"))
-        else:
-            item = Snapshotter(kind, period, os.path.join(run_dir, kind + ".txt"), SNAPSHOTS[kind])
-        item.start()
+            raise Unavailable("collector %s: %s" % (kind, exc)) from None
         running.append(item)
     return running, skipped
 

@@ -1,8 +1,13 @@
-"""jetson-stats (``jtop``): the runner writes one JSON line per sample, ``{"t_ns": ..., "stats": jetson.stats}``.
+"""jetson-stats (``jtop``): the runner writes one JSON line per sample, ``{"t_ns": ..., "stats": jetson.stats,
+"memory": ..., "cpu_freq_khz": [...], "gpu_freq_khz": {...}, "power": jetson.power}`` (lines of older
+runners hold ``stats`` only).
 
-Columns follow the tegrastats parser where the signal is the same (``cpu_load_pct``, ``gpu_load_pct``,
-``emc_load_pct``, ``temp_<sensor>_c`` with offline -256 as null, ``power_<rail>_mw``), so both land in
-one ``telemetry`` table. jtop reports RAM and SWAP as used fractions, not MB.
+Columns follow the tegrastats parser where the signal is the same, so both land in one ``telemetry``
+table: ``cpu_load_pct``, ``gpu_load_pct``, ``emc_load_pct``, ``temp_<sensor>_c`` (offline -256 as null),
+``power_<rail>_mw`` from ``stats``; ``ram_used_mb, ram_total_mb, swap_used_mb, swap_total_mb`` (jtop's kB
+/ 1024), ``cpu_freq_mhz`` (null for offline cores), ``gpu_freq_mhz``, ``emc_freq_mhz`` and
+``power_<rail>_avg_mw`` from the structured parts, the total rail under its own name too (``VDD_IN``,
+as tegrastats prints it). ``stats`` alone gives RAM and SWAP as used fractions (``ram_used_pct``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,34 @@ _CPU = re.compile(r"^CPU(\d+)$")
 
 def _pct(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None  # "OFF" engines/cores -> null
+
+
+def _mb(kb: Any) -> float | None:
+    return kb / 1024 if isinstance(kb, (int, float)) else None
+
+
+def _mhz(khz: Any) -> float | None:
+    return khz / 1000 if isinstance(khz, (int, float)) else None
+
+
+def _structured(record: dict[str, Any], row: dict[str, Any]) -> None:
+    memory = record.get("memory") or {}
+    for name, prefix in (("RAM", "ram"), ("SWAP", "swap")):
+        part = memory.get(name) or {}
+        row[f"{prefix}_used_mb"], row[f"{prefix}_total_mb"] = _mb(part.get("used")), _mb(part.get("tot"))
+    row["emc_freq_mhz"] = _mhz((memory.get("EMC") or {}).get("cur"))
+    freqs = record.get("cpu_freq_khz")
+    row["cpu_freq_mhz"] = [_mhz(f) for f in freqs] if freqs else None
+    gpus = list((record.get("gpu_freq_khz") or {}).values())
+    row["gpu_freq_mhz"] = _mhz(gpus[0]) if gpus else None
+    power = record.get("power") or {}
+    rails = dict(power.get("rail") or {})
+    total = power.get("tot") or {}
+    if total.get("name"):
+        rails[total["name"]] = total
+    for name, rail in rails.items():
+        column = name.lower().replace(" ", "_")
+        row[f"power_{column}_mw"], row[f"power_{column}_avg_mw"] = _pct(rail.get("power")), _pct(rail.get("avg"))
 
 
 def parse_jtop(data: bytes) -> list[dict[str, Any]]:
@@ -46,6 +79,8 @@ def parse_jtop(data: bytes) -> list[dict[str, Any]]:
                 row[f"power_{name}_mw"] = _pct(value)
             elif key.startswith("Fan "):
                 row[f"fan_{name}_pct"] = _pct(value)
+        if "memory" in record:
+            _structured(record, row)
         rows.append(row)
     if not rows:
         raise ParseError("no jtop samples")
