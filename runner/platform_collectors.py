@@ -111,8 +111,17 @@ def unavailable_reason(kind):
     return "unknown collector %s" % kind
 
 
+def blockstat_reason():
+    """The native sampler reads /sys/block: macOS has none (its disks are sampled by iostat)."""
+    if os.path.isdir(_p("/sys/block")):
+        return None
+    return "no /sys/block here (on macOS collect iostat instead)"
+
+
 def availability():
-    return {kind: unavailable_reason(kind) for kind in KINDS}
+    out = {kind: unavailable_reason(kind) for kind in KINDS}
+    out["blockstat"] = blockstat_reason()  # started by runner.collectors, but refused by the same preflight
+    return out
 
 
 # ------------------------------------------------------------------------------------- processes

@@ -213,3 +213,11 @@ def test_a_run_shorter_than_one_period_gives_no_rows_not_an_error(tmp_path: Path
     (tmp_path / "iostat.txt").write_text("garbage line\n")
     with pytest.raises(ParseError):
         COLLECTORS["iostat"].ingest(tmp_path, {"spec": {}})
+
+
+def test_blockstat_where_there_is_no_sys_block_is_refused_before_any_run(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "ROOT", str(tmp_path))  # a tree without /sys/block, as on macOS
+    assert pc.availability()["blockstat"] == "no /sys/block here (on macOS collect iostat instead)"
+    monkeypatch.setattr(probe, "ROOT", "")
+    assert pc.availability()["blockstat"] is None  # this Linux machine has /sys/block
