@@ -1,9 +1,8 @@
 """Deploy: push the runner (Python + native sources) to a target and build the native tools there.
 
 Files are compared by content hash against a manifest kept on the target, so a second deploy of an
-unchanged tree costs one command: no transfer, no build. ``sync_tree`` is the reusable part: engine
-sources (an sdist or a checkout pushed to boards without network) are meant to go through it too,
-with their own manifest and build command (not wired yet: engines build on the controller today).
+unchanged tree costs one command: no transfer, no build. Engines are deployed separately
+(``harness.engines.llamacpp.remote``): their source goes over as one archive named by its identity.
 """
 
 from __future__ import annotations
