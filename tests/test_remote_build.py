@@ -236,3 +236,22 @@ def test_board_build_survives_a_dropped_connection(sshd: SshServer, session: Tar
     record = build_on_target(session, {"path": str(tree)}, [], [], tmp_path / "sources", drop_when_compiling)
     assert record["built"] and set(record["binaries"]) == {"llama-bench", "llama-server"}
     assert any("connection lost" in m for m in messages) and any("reconnected" in m for m in messages)
+
+
+def test_a_python_3_8_board_builds_too(sshd: SshServer, tmp_path: Path) -> None:
+    """JetPack 5 boards ship Python 3.8: the board-side builder must run there."""
+    found = sorted(Path("/root/.pyenv/versions").glob("3.8*/bin/python3.8")) + \
+        [Path(p) for p in [shutil.which("python3.8")] if p]
+    if not found:
+        pytest.skip("python3.8 not installed here")
+    workdir = f"/var/tmp/harness-ssh-tests/{uuid.uuid4().hex[:8]}"
+    sshd.write_target(tmp_path / "targets", "board", workdir=workdir, extra=f"python: {found[0]}\n")
+    opened = open_session(load_target(tmp_path / "targets" / "board.yaml"))
+    try:
+        tree = _tiny_tree(tmp_path / "tiny")
+        record = build_on_target(opened, {"path": str(tree)}, [], [], tmp_path / "sources", print)
+        assert record["built"] and record["versions"]["llama-server"] == "version: hello (unknown)"
+        assert not build_on_target(opened, {"path": str(tree)}, [], [], tmp_path / "sources", print)["built"]
+    finally:
+        opened.close()
+        shutil.rmtree(workdir, ignore_errors=True)
