@@ -148,8 +148,15 @@ REMOTE_BENCH = """\
 name: remote-bench
 model: {synth: {layers: 4, experts: 8, used: 2}}
 cache: cold
+collect:
+  blockstat: {period_ms: 10}
+  threads: {period_ms: 5}
 steps:
   - llama-bench: {args: [-p, 8, -n, 8, -t, 1, -r, 1]}
+  - llama-server:
+      args: [-t, "1", -c, 256]
+      prompts: ["Say hello.", "Name a colour."]
+      n_predict: 8
 """
 
 
@@ -165,9 +172,14 @@ def test_campaign_builds_llamacpp_on_the_board_and_runs_it(sshd: SshServer, tmp_
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         newest = max((tmp_path / "results").iterdir(), key=lambda p: p.stat().st_mtime)
         rs = load_result_set(newest)
-        assert rs.complete and [r["status"] for r in rs.manifest["runs"]] == ["ok"]
+        assert rs.complete and [r["status"] for r in rs.manifest["runs"]] == ["ok", "ok"]
         bench = rs.table("bench")
         assert len(bench) >= 2 and (bench["avg_ts"] > 0).all()
+        # the server step's per-request tables, as a local run gives them
+        requests = rs.table("requests")
+        assert len(requests) == 2 and (requests["predicted_n"] == 8).all() and requests["cold_reached"].all()
+        assert (requests["request_dev_read_bytes"] > 0).all()
+        assert set(rs.table("threads")["state"]) & {"R", "D", "S"}
         (entry,) = rs.manifest["targets"]
         return {"entry": entry, "files": rs.manifest["files"]["board"], "rs": rs, "out": done.stdout}
 
