@@ -34,6 +34,9 @@ from harness.steps import STEPS
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0
 PULL_ATTEMPTS = 3
 INTERRUPT_GRACE_S = 20.0
+# what a run may take beyond its step's own timeout (cache drop or prefetch of a big model, emulation set-up,
+# collectors starting and stopping) before the controller's watchdog stops it
+RUN_SLACK_S = 900.0
 
 
 class Progress(Protocol):
@@ -446,25 +449,45 @@ class Campaign:
         pid = session.transport.start_detached([session.python, "-m", "runner", "run", f"{remote_dir}/spec.json"],
                                                cwd=session.runner_root, log=f"{remote_dir}/runner.log")
         writer.update_run(run.run_id, status="running", runner_pid=pid)
+        limit_s = self._run_limit_s(spec)
         try:
-            died = self._wait_done(session, remote_dir, pid, spec)
+            died = self._wait_done(session, remote_dir, pid, spec, limit_s)
         except KeyboardInterrupt:
             self._stop_runner(session, remote_dir, pid)
             emulation.repair(session, spec, self.progress.message)  # in case it had to be SIGKILLed
             self._pull(session, writer, run, remote_dir, default_status="interrupted")
             raise
+        except _RunOverdue:
+            # a runner hung outside its step (a collector, a cache prefetch, a wedged service): stop it, keep
+            # what it wrote, fail the run and go on with the next one
+            self.progress.message(f"{target} {run.run_id}: no DONE after {limit_s:.0f} s: stopping the runner")
+            self._stop_runner(session, remote_dir, pid, why="watchdog")
+            emulation.repair(session, spec, self.progress.message)
+            self._pull(session, writer, run, remote_dir, default_status="failed",
+                       failure=f"the run did not finish within {limit_s:.0f} s (run_timeout_s) and was stopped")
+            return
         if died:
             emulation.repair(session, spec, self.progress.message)  # read_ahead_kb, cgroup: restored now
         self._pull(session, writer, run, remote_dir, default_status="failed" if died else "unknown")
 
-    def _wait_done(self, session: TargetSession, remote_dir: str, pid: int, spec: dict[str, Any]) -> bool:
-        """Poll for DONE; True when the runner died without writing it."""
+    def _run_limit_s(self, spec: dict[str, Any]) -> float:
+        if self.experiment.run_timeout_s is not None:
+            return self.experiment.run_timeout_s
+        step = spec["step"]
+        return float(step.get("timeout_s") or 3600.0) + float(step.get("health_timeout_s") or 0.0) + RUN_SLACK_S
+
+    def _wait_done(self, session: TargetSession, remote_dir: str, pid: int, spec: dict[str, Any],
+                   limit_s: float = float("inf")) -> bool:
+        """Poll for DONE; True when the runner died without writing it; _RunOverdue after ``limit_s``."""
         delay = POLL_FIRST_S
+        deadline = time.monotonic() + limit_s
         while not session.transport.exists(f"{remote_dir}/DONE"):
             if self._interrupt.is_set():
                 raise KeyboardInterrupt  # Ctrl-C in the main thread; this target's worker stops its runner
             if not session.transport.alive(pid):
                 return not session.transport.exists(f"{remote_dir}/DONE")
+            if time.monotonic() > deadline:
+                raise _RunOverdue
             time.sleep(delay)
             delay = min(delay * 1.5, POLL_MAX_S)
         # the runner writes DONE last; give it a moment to exit so no process is left behind
@@ -474,8 +497,8 @@ class Campaign:
             time.sleep(0.05)
         return False
 
-    def _stop_runner(self, session: TargetSession, remote_dir: str, pid: int) -> None:
-        self.progress.message(f"{session.target.name}: interrupt: stopping the runner (pid {pid})")
+    def _stop_runner(self, session: TargetSession, remote_dir: str, pid: int, why: str = "interrupt") -> None:
+        self.progress.message(f"{session.target.name}: {why}: stopping the runner (pid {pid})")
         session.transport.signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + INTERRUPT_GRACE_S
         while session.transport.alive(pid) and time.monotonic() < deadline:
@@ -484,7 +507,8 @@ class Campaign:
             session.transport.signal(pid, signal.SIGKILL)
 
     def _pull(self, session: TargetSession, writer: ResultSetWriter, run: PlannedRun, remote_dir: str,
-              default_status: str) -> None:
+              default_status: str, failure: str | None = None) -> None:
+        """Pull, verify and record the run; ``failure`` (the controller's own verdict) overrides the runner's."""
         target = session.target.name
         local = writer.raw_dir(target, run.run_id)
         status, error = default_status, None
@@ -509,10 +533,16 @@ class Campaign:
         pulled = record is not None or not (error or "").startswith("pull failed")
         if not pulled:
             error = f"{error} (the run directory is kept on the target: {remote_dir})"
+        if failure is not None:
+            status, error = "failed", failure + (f"; then: {error}" if error else "")
         writer.update_run(run.run_id, status=status, error=error)
         self.progress.run_finished(target, run, status, error)
         if pulled:
             session.transport.run(["rm", "-rf", remote_dir])
+
+
+class _RunOverdue(Exception):
+    """The runner passed the run's time limit without writing DONE."""
 
 
 class _ReopenedWriter(ResultSetWriter):

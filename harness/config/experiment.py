@@ -94,6 +94,9 @@ class Experiment(StrictModel):
     # board emulation (harness.emulation): memory / I/O budget and read_ahead_kb; values may be templates
     emulate: dict[str, Any] | None = None
     steps: list[dict[str, Any]] = Field(min_length=1)
+    # the controller's watchdog: a runner without DONE this long after its start is stopped and the run
+    # failed (default: the step's own timeout + RUN_SLACK_S for cache preparation and collectors)
+    run_timeout_s: Annotated[float, Field(gt=0)] | None = None
 
     @field_validator("matrix")
     @classmethod
