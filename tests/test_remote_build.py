@@ -148,6 +148,7 @@ REMOTE_BENCH = """\
 name: remote-bench
 model: {synth: {layers: 4, experts: 8, used: 2}}
 cache: cold
+emulate: {memory: 512M, read_ahead_kb: 128}
 collect:
   blockstat: {period_ms: 10}
   threads: {period_ms: 5}
@@ -180,6 +181,10 @@ def test_campaign_builds_llamacpp_on_the_board_and_runs_it(sshd: SshServer, tmp_
         assert len(requests) == 2 and (requests["predicted_n"] == 8).all() and requests["cold_reached"].all()
         assert (requests["request_dev_read_bytes"] > 0).all()
         assert set(rs.table("threads")["state"]) & {"R", "D", "S"}
+        # the board emulated on the board: budget and readahead applied there, and the readahead restored
+        runs = rs.table("runs")
+        assert runs["emulated"].all() and (runs["emu_memory_bytes"] == 512 << 20).all()
+        assert (runs["emu_read_ahead_kb_seen"] == 128).all()
         (entry,) = rs.manifest["targets"]
         return {"entry": entry, "files": rs.manifest["files"]["board"], "rs": rs, "out": done.stdout}
 
