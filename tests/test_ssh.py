@@ -147,6 +147,22 @@ def test_unknown_host_key_is_refused_until_trusted(sshd: SshServer, tmp_path: Pa
     assert "already in" in again.stdout and len(known.read_text().splitlines()) == 1
     checked = run_cli("targets", "--targets-dir", str(targets), "--check")
     assert checked.returncode == 0 and "yes" in checked.stdout, checked.stdout
+    assert "python 3." in checked.stdout and "cmake" in checked.stdout  # what the board has to build with
+
+
+def test_check_says_when_a_board_cannot_run_the_runner(sshd: SshServer, tmp_path: Path, workdir: str) -> None:
+    targets = tmp_path / "targets"
+    sshd.write_target(targets, "nopython", workdir=workdir, extra="python: /nonexistent/python3\n")
+    old = sorted(Path("/root/.pyenv/versions").glob("3.[0-7].*/bin/python3.[0-7]"))
+    if old:
+        sshd.write_target(targets, "oldpython", workdir=workdir, extra=f"python: {old[0]}\n")
+    checked = run_cli("targets", "--check", "--targets-dir", str(targets))
+    assert checked.returncode == 1
+    out = " ".join(checked.stdout.split())  # the table wraps; the problem lines below it are whole
+    assert "nopython: target nopython: /nonexistent/python3 not found (the runner needs Python >= 3.8" in out
+    if old:
+        version = old[0].name.removeprefix("python")
+        assert f"oldpython: target oldpython: {old[0]} is Python {version}; the runner needs >= 3.8" in out
 
 
 def test_changed_host_key_is_always_an_error(sshd: SshServer, tmp_path: Path, workdir: str) -> None:

@@ -26,14 +26,15 @@ def targets(ctx: typer.Context, targets_dir: Path = TargetsDirOpt,
         table.add_column(col)
     if check:
         table.add_column("reachable")
+        table.add_column("runner and builds")
     problems: list[str] = []
     for target in load_targets(targets_dir).values():
         row = [target.name, target.platform, target.transport_kind, target.block_device, target.workdir,
                ", ".join(target.tags)]
-        problem = _unreachable(target) if check else None
+        problem, toolchain = _check(target) if check else (None, "")
         if problem:
             problems.append(f"{target.name}: {problem}")
-        table.add_row(*row, *([("[red]no[/]" if problem else "[green]yes[/]")] if check else []))
+        table.add_row(*row, *([("[red]no[/]" if problem else "[green]yes[/]"), toolchain] if check else []))
     console.print(table)
     for line in problems:  # whole lines, not squeezed into a column: they say what to do
         console.print(line, highlight=False, soft_wrap=True)
@@ -41,18 +42,37 @@ def targets(ctx: typer.Context, targets_dir: Path = TargetsDirOpt,
         raise typer.Exit(1)
 
 
-def _unreachable(target: Target) -> str | None:
+# what a board needs: the runner's Python, make + cc for the native tools, cmake + c++ for engine builds,
+# git only for git engine sources
+BUILD_TOOLS = ("make", "cc", "c++", "cmake", "git")
+RUNNER_PYTHON_MIN = (3, 8)
+_TOOLCHAIN = ('for t in ' + " ".join(BUILD_TOOLS) + '; do command -v "$t" >/dev/null 2>&1 || echo "missing $t"; '
+              'done; "$1" -c "import sys; print(\'python %d.%d\' % sys.version_info[:2])" 2>/dev/null '
+              '|| echo "python none"')
+
+
+def _check(target: Target) -> tuple[str | None, str]:
+    """(why the target cannot run campaigns, or None; what its toolchain lacks) in one round trip."""
     from harness.transport import connect
 
     try:
         transport = connect(target)
         try:
-            transport.run(["true"], timeout=30).check()
+            found = transport.run(["sh", "-c", _TOOLCHAIN, "sh", target.python], timeout=30).check()
         finally:
             transport.close()
     except HarnessError as exc:
-        return str(exc)
-    return None
+        return str(exc), ""
+    lines = found.stdout.decode(errors="replace").split("\n")
+    missing = [line.split()[1] for line in lines if line.startswith("missing ")]
+    python = next((line.split()[1] for line in lines if line.startswith("python ")), "none")
+    shown = f"python {python}" + (f"; missing: {', '.join(missing)}" if missing else f", {' '.join(BUILD_TOOLS)}")
+    if python == "none":
+        return f"target {target.name}: {target.python} not found (the runner needs Python >= 3.8; set python:)", shown
+    if tuple(int(p) for p in python.split(".")) < RUNNER_PYTHON_MIN:
+        return (f"target {target.name}: {target.python} is Python {python}; the runner needs >= 3.8 "
+                "(set python: in the target file)"), shown
+    return None, shown
 
 
 @targets_app.command()
