@@ -261,6 +261,9 @@ class Snapshotter:
         return self.error
 
 
+JTOP_CONNECT_TIMEOUT_S = 15.0
+
+
 class JtopSampler(Snapshotter):
     """jetson-stats: one JSON line per sample of the jtop service (it does the sampling at our period):
     ``{"t_ns", "interval_s", "stats": jetson.stats, "memory": RAM/SWAP/EMC in kB and kHz, "cpu_freq_khz": [...],
@@ -280,11 +283,26 @@ class JtopSampler(Snapshotter):
         # the client reads this module constant when it is constructed (jetson-stats 7.x: no other knob)
         service.JTOP_PIPE = _jtop_socket(service)
         self.jetson = jtop(interval=self.period_s)
-        try:
-            self.jetson.start()  # connect, version check, first sample
-        except Exception as exc:  # noqa: BLE001 - every client error becomes the reason
+        outcome = []
+
+        def connect():
+            try:
+                self.jetson.start()  # connect, version check, first sample
+                outcome.append(None)
+            except Exception as exc:  # noqa: BLE001 - every client error becomes the reason
+                outcome.append(exc)
+
+        # the client has no timeout of its own: a stopped or wedged service that still accepts on its
+        # socket would hold the run here forever, and every later run too
+        connecting = threading.Thread(target=connect, name="collector-jtop-connect", daemon=True)
+        connecting.start()
+        connecting.join(JTOP_CONNECT_TIMEOUT_S)
+        if not outcome:
+            raise Unavailable("jtop service: no answer within %.0f s (is jtop.service hung? "
+                              "sudo systemctl restart jtop.service)" % JTOP_CONNECT_TIMEOUT_S)
+        if outcome[0] is not None:
             self._close()
-            raise Unavailable(_jtop_message(exc)) from None
+            raise Unavailable(_jtop_message(outcome[0])) from None
         open(self.out_path, "w").close()
         self.thread = threading.Thread(target=self._loop, name="collector-jtop", daemon=True)
         self.thread.start()

@@ -304,3 +304,32 @@ def test_a_service_that_dies_during_the_run(serve, tmp_path: Path) -> None:
         time.sleep(0.02)
     assert running[0].stop() == "jtop service: Lost connection with jtop server"
     assert len(parse("jtop", (tmp_path / "jtop.jsonl").read_bytes())) >= 2  # what came before is kept
+
+
+def test_a_hung_service_is_given_up_on_and_the_runner_still_exits(serve, root: Path) -> None:
+    """A stopped service still accepts on its socket, and the client would wait forever: the collector
+    gives up after its connect timeout, and the process exits (no stuck client thread holds it)."""
+    svc = serve()
+    os.killpg(svc.proc.pid, signal.SIGSTOP)
+    try:
+        script = f"""import json, os, time
+from runner import platform_collectors as pc, probe
+probe.ROOT = {str(root)!r}
+pc.JTOP_CONNECT_TIMEOUT_S = 2
+t0 = time.monotonic()
+try:
+    pc.JtopSampler(100, os.devnull).start()
+    reason = None
+except pc.Unavailable as exc:
+    reason = str(exc)
+print(json.dumps({{"reason": reason, "waited_s": time.monotonic() - t0}}), flush=True)
+"""
+        done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)
+        assert got["reason"] == ("jtop service: no answer within 2 s (is jtop.service hung? "
+                                 "sudo systemctl restart jtop.service)")
+        assert got["waited_s"] < 10
+    finally:
+        os.killpg(svc.proc.pid, signal.SIGCONT)
