@@ -16,6 +16,7 @@ test: setup
 setup: system-deps venv native
 
 # Missing system tools: installed with apt when running as root, otherwise one clear message.
+# adb (the real adb host server the adb transport tests use) is optional: without it those tests skip.
 system-deps:
 	@missing=""; \
 	command -v fio >/dev/null || missing="$$missing fio"; \
@@ -32,6 +33,15 @@ system-deps:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; \
 	  else \
 	    echo "error: missing system packages:$$missing (install them: sudo apt-get install$$missing)" >&2; exit 2; \
+	  fi; \
+	fi; \
+	if ! command -v adb >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing: adb (the real adb server for the adb transport tests)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq adb) >/dev/null 2>&1 || \
+	      echo "note: adb could not be installed; the adb transport tests will skip"; \
+	  else \
+	    echo "note: adb is not installed (sudo apt-get install adb); the adb transport tests will skip"; \
 	  fi; \
 	fi
 
