@@ -8,14 +8,14 @@ Devices are ``tests/fakeadbd.FakeAdbd`` stand-ins reached with ``adb connect``, 
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+from tests.sshd import die_with_parent, free_port
 
 ADB = "adb"
 # variables that would point a client or the server elsewhere (another server, the user's keys)
@@ -28,20 +28,6 @@ def adb_unavailable() -> str | None:
     if shutil.which(ADB) is None:
         return "adb is not installed (apt-get install adb; `make setup` does it as root)"
     return None
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the test process dies, even by SIGKILL (no orphan server)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class AdbServer:
@@ -58,7 +44,7 @@ class AdbServer:
         with open(self.root / "server.log", "ab") as log:
             self.proc = subprocess.Popen([ADB, "-P", str(self.port), "nodaemon", "server"], env=self.env,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

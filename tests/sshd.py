@@ -32,8 +32,8 @@ def sshd_unavailable() -> str | None:
     return None
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the test process dies, even by SIGKILL (no orphan sshd)."""
+def die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies, even by SIGKILL (no orphan server)."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -81,7 +81,7 @@ class SshServer:
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns, *argv]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
+                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent)
         self.pid = proc.pid  # `ip netns exec` execs sshd, so this is sshd's pid either way
         self._proc = proc
         host_pub = Path(f"{self.host_key}.pub").read_text().split()
