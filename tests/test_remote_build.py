@@ -272,3 +272,41 @@ def test_a_python_3_8_board_builds_too(sshd: SshServer, tmp_path: Path) -> None:
     finally:
         opened.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_two_boards_build_their_engines_at_the_same_time(sshd: SshServer, tmp_path: Path) -> None:
+    """The campaign's preflight builds on every board in parallel (a board build takes minutes)."""
+    from datetime import datetime
+
+    from harness.campaign import Campaign
+    from harness.config.experiment import load_experiment
+    from harness.plan import build_plan
+
+    slow = CMAKE + "add_custom_target(slow COMMAND sleep 6)\nadd_dependencies(llama-bench slow)\n"
+    tree = _tiny_tree(tmp_path / "slow", cmake=slow)
+    workdirs = [f"/var/tmp/harness-ssh-tests/{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    for name, workdir in zip(("board-a", "board-b"), workdirs, strict=True):
+        sshd.write_target(tmp_path / "targets", name, workdir=workdir)
+    exp = tmp_path / "two.yaml"
+    exp.write_text(f"name: two\nmodel: {{synth: {{layers: 4, experts: 8, used: 2}}}}\n"
+                   f"engine:\n  llama.cpp: {{source: {{path: {tree}}}}}\ncache: none\n"
+                   "steps:\n  - llama-bench: {args: [-p, 8, -n, 8]}\n")
+    targets = [load_target(tmp_path / "targets" / f"{n}.yaml") for n in ("board-a", "board-b")]
+    campaign = Campaign(build_plan(load_experiment(exp)), targets, tmp_path / "results", lease_wait_s=0)
+    sessions = campaign._preflight()
+    try:
+        windows = []
+        for session, workdir in zip(sessions, workdirs, strict=True):
+            build = session.engines["llama.cpp"]
+            assert build["built"] and build["dir"].startswith(f"{workdir}/cache/builds/")
+            assert session.models["model"].startswith(f"{workdir}/cache/models/")
+            end = datetime.fromisoformat(build["built_at"]).timestamp()
+            windows.append((end - build["build_seconds"], end))
+        (a_start, a_end), (b_start, b_end) = windows
+        assert min(a_end, b_end) - max(a_start, b_start) >= 2, windows  # overlapping by seconds, not in turn
+        assert sessions[0].engines["llama.cpp"]["key"] == sessions[1].engines["llama.cpp"]["key"]
+    finally:
+        for session in sessions:
+            session.close()
+        for workdir in workdirs:
+            shutil.rmtree(workdir, ignore_errors=True)
