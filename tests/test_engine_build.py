@@ -29,6 +29,7 @@ from harness.engines.llamacpp import (
 from harness.engines.llamacpp.build import _apply_patches, cache_key
 from harness.engines.llamacpp.source import prepare_source, tree_sha256
 from harness.models.synth import SynthInfo, synth_moe
+from tests.conftest import private_targets_dir, run_cli
 
 SDIST = "llama-cpp-python==0.3.36"
 COMMIT = "0c1e570"  # llama.cpp commit vendored in that sdist (its CHANGELOG and the fixtures agree)
@@ -235,3 +236,15 @@ def test_cache_key_changes_with_every_input() -> None:
     assert base != cache_key(ident, ["-DA=2"], [], "gcc 12")
     assert base != cache_key(ident, ["-DA=1"], ["p"], "gcc 12")
     assert base != cache_key(ident, ["-DA=1"], [], "gcc 13")
+
+
+@pytest.mark.slow
+def test_deploy_local_with_an_experiment_prebuilds_its_engine(llama_build: BuildInfo, tmp_path: Path) -> None:
+    exp = tmp_path / "pre.yaml"
+    exp.write_text("name: pre\nmodel: {synth: {layers: 4, experts: 8, used: 2}}\n"
+                   "steps:\n  - llama-bench: {args: [-p, 8, -n, 8]}\n")
+    done = run_cli("deploy", "local", "--targets-dir", str(private_targets_dir()), "--experiment", str(exp),
+                   env={"HARNESS_BUILD_CACHE": str(_cache())})
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = " ".join(done.stdout.split())
+    assert f"local: llama.cpp already built (cache hit), key {llama_build.key[:12]}" in out

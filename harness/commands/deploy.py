@@ -12,7 +12,7 @@ from harness.commands.common import TargetsDirOpt, console
 from harness.config.experiment import load_experiment
 from harness.config.target import load_targets, select_targets
 from harness.lease import DEFAULT_WAIT_S
-from harness.prepare import prepare_target
+from harness.prepare import build_engines, prepare_target
 from harness.session import open_session
 
 
@@ -37,6 +37,11 @@ def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
             session.close()
         if info is None:
             console.print(f"{chosen.name}: runs from this checkout (local transport); native tools built")
+            if needs is not None:  # this machine builds its own engines, into the local build cache
+                for engine, build in build_engines(needs[0], needs[2], console.print).items():
+                    what = "already built (cache hit)" if build.cached else "built"
+                    console.print(f"{chosen.name}: {engine} {what}, key {build.key[:12]}, binaries in "
+                                  f"{build.dir}/build/bin", highlight=False)
             continue
         sent = info["transferred_files"]
         what = f"{len(sent)} files sent ({info['transferred_bytes']} bytes)" if sent else "no files sent (unchanged)"
