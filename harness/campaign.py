@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from harness.results.ingest import write_tables
 from harness.results.store import ResultSetWriter, new_set_id
 from harness.session import TargetSession, open_session
 from harness.steps import STEPS
+from harness.transport import put_bytes
 
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0
 PULL_ATTEMPTS = 3
@@ -428,11 +428,9 @@ class Campaign:
 
     def _engines_on(self, session: TargetSession) -> dict[str, Any]:
         """Where the engine binaries are on this target: built there (boards) or here (local)."""
-        if session.engines:
-            return {name: {"bin_dir": str(Path(next(iter(build["binaries"].values()))).parent),
-                           "commit": build.get("commit")} for name, build in session.engines.items()}
-        return {name: {"bin_dir": str(Path(next(iter(build.binaries.values()))).parent), "commit": build.commit}
-                for name, build in self.builds.items()}
+        builds = session.engines or {name: build.to_dict() for name, build in self.builds.items()}
+        return {name: {"bin_dir": str(Path(next(iter(build["binaries"].values()))).parent),
+                       "commit": build.get("commit")} for name, build in builds.items()}
 
     def _run_one(self, session: TargetSession, writer: ResultSetWriter, run: PlannedRun,
                  files: dict[str, str]) -> None:
@@ -442,10 +440,7 @@ class Campaign:
         self.progress.run_started(target, run)
         if self.keep or self.resumed_running:
             session.transport.run(["rm", "-rf", remote_dir])  # a resumed run starts clean
-        with tempfile.TemporaryDirectory() as tmp:
-            spec_path = Path(tmp) / "spec.json"
-            spec_path.write_text(json.dumps(spec, indent=1))
-            session.transport.put(spec_path, f"{remote_dir}/spec.json")
+        put_bytes(session.transport, json.dumps(spec, indent=1).encode(), f"{remote_dir}/spec.json")
         pid = session.transport.start_detached([session.python, "-m", "runner", "run", f"{remote_dir}/spec.json"],
                                                cwd=session.runner_root, log=f"{remote_dir}/runner.log")
         writer.update_run(run.run_id, status="running", runner_pid=pid)

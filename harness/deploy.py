@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import TargetError
-from harness.transport import Transport
+from harness.transport import Transport, put_bytes
 from harness.transport.ssh import tar_tree
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -88,10 +88,7 @@ def sync_tree(transport: Transport, files: dict[str, Path], remote_root: str, *,
     if result.changed:
         data = _tar(files, result.changed)
         result.transferred_bytes = len(data)
-        with tempfile.TemporaryDirectory() as tmp:
-            local_tar = Path(tmp) / TRANSFER_NAME
-            local_tar.write_bytes(data)
-            transport.put(local_tar, f"{remote_root}/{TRANSFER_NAME}")
+        put_bytes(transport, data, f"{remote_root}/{TRANSFER_NAME}")
     if result.changed or result.removed:
         removed = " ".join(shlex.quote(f"{remote_root}/{rel}") for rel in result.removed)
         script = f"cd {q}"
@@ -117,10 +114,7 @@ def _tar(files: dict[str, Path], names: Iterable[str]) -> bytes:
 
 
 def write_manifest(transport: Transport, remote_root: str, manifest: dict[str, Any]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / MANIFEST
-        path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-        transport.put(path, f"{remote_root}/{MANIFEST}")
+    put_bytes(transport, json.dumps(manifest, indent=1, sort_keys=True).encode(), f"{remote_root}/{MANIFEST}")
 
 
 def deploy_runner(transport: Transport, workdir: str, *, target_name: str = "?") -> dict[str, Any]:

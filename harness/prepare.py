@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from harness.config.experiment import EngineSpec, Experiment, SynthSpec
 from harness.engines.llamacpp.source import sha256_file
 from harness.errors import TargetError
+from harness.transport import put_bytes
 from harness.units import parse_size
 
 MODEL_CACHE = Path(os.environ.get("HARNESS_MODEL_CACHE", "~/.cache/harness/models")).expanduser()
@@ -118,7 +118,5 @@ def push_file(session: Any, local: Path, sha256: str, say: Say) -> str:
         transport.run(["rm", "-f", remote])
         raise TargetError(f"target {session.target.name}: {remote} arrived damaged (sha256 {got[:12] or '?'}, "
                           f"expected {sha256[:12]})")
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "sha").write_text(sha256 + "\n")
-        transport.put(Path(tmp) / "sha", marker)
+    put_bytes(transport, (sha256 + "\n").encode(), marker)
     return remote

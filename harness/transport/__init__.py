@@ -8,6 +8,7 @@ runner, so a transport never needs to be fast or stay connected.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,14 @@ def register_transport(name: str) -> Callable[[TransportFactory], TransportFacto
         TRANSPORTS[name] = factory
         return factory
     return decorate
+
+
+def put_bytes(transport: Transport, data: bytes, remote: str) -> None:
+    """Write ``data`` to ``remote`` through the protocol's one file copy (specs, manifests, markers)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "data"
+        path.write_bytes(data)
+        transport.put(path, remote)
 
 
 def connect(target: Any) -> Transport:

@@ -24,6 +24,7 @@ from typing import Any
 from harness.engines.errors import BuildError
 from harness.engines.llamacpp.build import BASE_CMAKE_FLAGS, DEFAULT_TARGETS
 from harness.engines.llamacpp.source import SourceSpec, prepare_source, sha256_file
+from harness.transport import put_bytes
 from runner import enginebuild
 
 POLL_S = 2.0
@@ -59,7 +60,7 @@ def build_on_target(session: Any, source: dict[str, Any], cmake_flags: list[str]
                   "patches": board_patches, "targets": list(targets)}
     spec_hash = hashlib.sha256(json.dumps(build_spec, sort_keys=True).encode()).hexdigest()[:16]
     spec_path = f"{cache}/specs/{spec_hash}.json"
-    _put_bytes(transport, json.dumps(build_spec, indent=1, sort_keys=True).encode(), spec_path)
+    put_bytes(transport, json.dumps(build_spec, indent=1, sort_keys=True).encode(), spec_path)
 
     record = _check(session, spec_path)
     if record is None:
@@ -72,8 +73,7 @@ def build_on_target(session: Any, source: dict[str, Any], cmake_flags: list[str]
             sent += _push_tree(transport, prepared.tree, board_source["archive"])
         say(f"{name}: building llama.cpp on the board (log: {cache}/specs/{spec_hash}.log)")
         record = _build(session, spec_path, f"{cache}/specs/{spec_hash}.log", say)
-    built = not record.pop("_cached")
-    record.pop("cached", None)
+    built = not record.pop("cached")  # the runner says whether its cache answered, on check and on build
     return {**record, "location": "target", "target": name, "built": built, "transferred_bytes": sent,
             "duration_s": round(time.monotonic() - started, 3)}
 
@@ -87,10 +87,7 @@ def _check(session: Any, spec_path: str) -> dict[str, Any] | None:
     if done.returncode != 0:
         raise BuildError(f"target {session.target.name}: checking the build cache failed: "
                          f"{_last_line(done.stderr)}")
-    record = json.loads(done.stdout.decode().strip().splitlines()[-1])
-    if record is not None:
-        record["_cached"] = True
-    return record
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
 
 
 def _build(session: Any, spec_path: str, log: str, say: Say) -> dict[str, Any]:
@@ -114,7 +111,6 @@ def _build(session: Any, spec_path: str, log: str, say: Say) -> dict[str, Any]:
         errors = [ln for ln in lines if ln.startswith("error: ")]
         why = errors[-1][len("error: "):] if errors else (lines[-1] if lines else "the builder printed nothing")
         raise BuildError(f"target {session.target.name}: llama.cpp build failed: {why}")
-    record["_cached"] = bool(record.get("cached"))
     return record
 
 
@@ -142,13 +138,6 @@ def _push_tree(transport: Any, tree: Path, remote: str) -> int:
                     tar.add(path, arcname=path.relative_to(tree).as_posix(), recursive=False)
         transport.put(archive, remote)
         return archive.stat().st_size
-
-
-def _put_bytes(transport: Any, data: bytes, remote: str) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "spec.json"
-        path.write_bytes(data)
-        transport.put(path, remote)
 
 
 def _last_line(data: bytes) -> str:
