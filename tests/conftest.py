@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -40,6 +41,18 @@ steps:
       runtime_s: 1
   - read: {{file: data, pattern: seq}}
 """
+
+
+@contextlib.contextmanager
+def machine_lock() -> Iterator[None]:
+    """Hold the emulation lock: no emulated run (ours or a colleague's) can change read_ahead_kb meanwhile."""
+    from runner import emulate
+
+    fd = emulate._lock(blocking=True)
+    try:
+        yield
+    finally:
+        emulate._unlock(fd)
 
 
 def private_targets_dir() -> Path:

@@ -23,7 +23,7 @@ import pytest
 
 from runner import cgroup, emulate, probe
 from runner.util import make_data_file
-from tests.conftest import REPO
+from tests.conftest import REPO, machine_lock
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and read_ahead_kb need root"),
@@ -75,16 +75,6 @@ def _harness_cgroups_mentioning(text: str) -> list[str]:
             if os.path.isdir(parent):
                 found += [os.path.join(parent, d) for d in os.listdir(parent) if text in d]
     return found
-
-
-@contextlib.contextmanager
-def machine_lock() -> Iterator[None]:
-    """Hold the emulation lock: no emulated run (ours or a colleague's) can change read_ahead_kb meanwhile."""
-    fd = emulate._lock(blocking=True)
-    try:
-        yield
-    finally:
-        emulate._unlock(fd)
 
 
 def read_ahead_path(path: str) -> Path:

@@ -19,7 +19,7 @@ import pytest
 
 from harness.results.loader import load_result_set
 from runner import cgroup, emulate, probe
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, machine_lock, run_cli
 
 MiB = 1 << 20
 needs_cgroups = pytest.mark.skipif(os.geteuid() != 0 or "memory" not in cgroup.detect() or "io" not in
@@ -167,12 +167,3 @@ def test_controller_repairs_at_once_when_a_runner_dies(tmp_path: Path) -> None:
     # the dead runner's record of its cgroups is gone with them
     assert not [n for n in os.listdir(emulate.state_dir()) if n.startswith("run-") and str(runner[0]) in n]
     assert _pids_with("runner.readfile", tmp_path.name) == []
-
-
-@contextlib.contextmanager
-def machine_lock() -> Iterator[None]:
-    fd = emulate._lock(blocking=True)
-    try:
-        yield
-    finally:
-        emulate._unlock(fd)

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -68,13 +68,25 @@ def _tiny_tree(root: Path, cmake: str = CMAKE) -> Path:
 
 
 @pytest.fixture()
-def session(sshd: SshServer, tmp_path: Path) -> Iterator[TargetSession]:
-    workdir = f"/var/tmp/harness-ssh-tests/{uuid.uuid4().hex[:8]}"
-    sshd.write_target(tmp_path / "targets", "board", workdir=workdir)
-    opened = open_session(load_target(tmp_path / "targets" / "board.yaml"))
-    yield opened
-    opened.close()
-    shutil.rmtree(workdir, ignore_errors=True)
+def open_board(sshd: SshServer, tmp_path: Path) -> Iterator[Callable[..., TargetSession]]:
+    """Open a session on a fresh board (its own workdir) behind the test sshd; closed and removed after."""
+    opened: list[tuple[TargetSession, str]] = []
+
+    def _open(extra: str = "") -> TargetSession:
+        workdir = f"/var/tmp/harness-ssh-tests/{uuid.uuid4().hex[:8]}"
+        sshd.write_target(tmp_path / "targets", "board", workdir=workdir, extra=extra)
+        opened.append((open_session(load_target(tmp_path / "targets" / "board.yaml")), workdir))
+        return opened[-1][0]
+
+    yield _open
+    for session, workdir in opened:
+        session.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture()
+def session(open_board: Callable[..., TargetSession]) -> TargetSession:
+    return open_board()
 
 
 def _board_ls(session: TargetSession, path: str) -> list[str]:
@@ -214,29 +226,24 @@ def test_campaign_builds_llamacpp_on_the_board_and_runs_it(sshd: SshServer, tmp_
     assert f"model model at {model['path']}" in deployed.stdout
 
 
-def test_a_board_without_cmake_says_so_in_one_line(sshd: SshServer, tmp_path: Path) -> None:
-    workdir = f"/var/tmp/harness-ssh-tests/{uuid.uuid4().hex[:8]}"
+def test_a_board_without_cmake_says_so_in_one_line(open_board: Callable[..., TargetSession],
+                                                   tmp_path: Path) -> None:
     real_python = subprocess.run(["python3", "-c", "import sys; print(sys.executable)"], capture_output=True,
                                  text=True, check=True).stdout.strip()
-    sshd.write_target(tmp_path / "targets", "board", workdir=workdir, extra=f"python: {real_python}\n")
-    opened = open_session(load_target(tmp_path / "targets" / "board.yaml"))
-    try:
-        # the board's builder runs with a PATH that has a compiler but no cmake
-        bare = f"{workdir}/bare-bin"
-        opened.transport.run(["sh", "-c", f"mkdir -p {bare} && for t in cc c++ sh setsid nohup; do "
-                                          f"ln -sf $(command -v $t) {bare}/$t; done"]).check()
-        original = opened.transport.start_detached
+    opened = open_board(f"python: {real_python}\n")
+    # the board's builder runs with a PATH that has a compiler but no cmake
+    bare = f"{opened.workdir}/bare-bin"
+    opened.transport.run(["sh", "-c", f"mkdir -p {bare} && for t in cc c++ sh setsid nohup; do "
+                                      f"ln -sf $(command -v $t) {bare}/$t; done"]).check()
+    original = opened.transport.start_detached
 
-        def without_cmake(argv, *, cwd, log, env=None):  # noqa: ANN001, ANN202
-            return original(argv, cwd=cwd, log=log, env={**(env or {}), "PATH": bare})
+    def without_cmake(argv, *, cwd, log, env=None):  # noqa: ANN001, ANN202
+        return original(argv, cwd=cwd, log=log, env={**(env or {}), "PATH": bare})
 
-        opened.transport.start_detached = without_cmake  # type: ignore[method-assign]
-        with pytest.raises(BuildError, match=r"^target board: llama.cpp build failed: cannot build llama.cpp here: "
-                                             r"cmake not installed \(apt-get install cmake gcc g\+\+\)$"):
-            build_on_target(opened, {"path": str(_tiny_tree(tmp_path / "t"))}, [], [], tmp_path / "sources", print)
-    finally:
-        opened.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+    opened.transport.start_detached = without_cmake  # type: ignore[method-assign]
+    with pytest.raises(BuildError, match=r"^target board: llama.cpp build failed: cannot build llama.cpp here: "
+                                         r"cmake not installed \(apt-get install cmake gcc g\+\+\)$"):
+        build_on_target(opened, {"path": str(_tiny_tree(tmp_path / "t"))}, [], [], tmp_path / "sources", print)
 
 
 def test_board_build_survives_a_dropped_connection(sshd: SshServer, session: TargetSession, tmp_path: Path) -> None:
@@ -255,23 +262,17 @@ def test_board_build_survives_a_dropped_connection(sshd: SshServer, session: Tar
     assert any("connection lost" in m for m in messages) and any("reconnected" in m for m in messages)
 
 
-def test_a_python_3_8_board_builds_too(sshd: SshServer, tmp_path: Path) -> None:
+def test_a_python_3_8_board_builds_too(open_board: Callable[..., TargetSession], tmp_path: Path) -> None:
     """JetPack 5 boards ship Python 3.8: the board-side builder must run there."""
     found = sorted(Path("/root/.pyenv/versions").glob("3.8*/bin/python3.8")) + \
         [Path(p) for p in [shutil.which("python3.8")] if p]
     if not found:
         pytest.skip("python3.8 not installed here")
-    workdir = f"/var/tmp/harness-ssh-tests/{uuid.uuid4().hex[:8]}"
-    sshd.write_target(tmp_path / "targets", "board", workdir=workdir, extra=f"python: {found[0]}\n")
-    opened = open_session(load_target(tmp_path / "targets" / "board.yaml"))
-    try:
-        tree = _tiny_tree(tmp_path / "tiny")
-        record = build_on_target(opened, {"path": str(tree)}, [], [], tmp_path / "sources", print)
-        assert record["built"] and record["versions"]["llama-server"] == "version: hello (unknown)"
-        assert not build_on_target(opened, {"path": str(tree)}, [], [], tmp_path / "sources", print)["built"]
-    finally:
-        opened.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+    opened = open_board(f"python: {found[0]}\n")
+    tree = _tiny_tree(tmp_path / "tiny")
+    record = build_on_target(opened, {"path": str(tree)}, [], [], tmp_path / "sources", print)
+    assert record["built"] and record["versions"]["llama-server"] == "version: hello (unknown)"
+    assert not build_on_target(opened, {"path": str(tree)}, [], [], tmp_path / "sources", print)["built"]
 
 
 def test_two_boards_build_their_engines_at_the_same_time(sshd: SshServer, tmp_path: Path) -> None:

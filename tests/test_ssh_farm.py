@@ -91,6 +91,20 @@ def test_two_boards_run_in_parallel(sshd: SshServer, tmp_path: Path, workdirs) -
     _check_parallel_campaign(done, tmp_path / "results", ["board-a", "board-b"])
 
 
+def _wait_first_run_running(proc: subprocess.Popen[str], results: Path) -> None:
+    """Until the controller's manifest says the first run is running on the board."""
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        sets = list(results.glob("*.incomplete")) if results.exists() else []
+        try:
+            manifest = json.loads((sets[0] / "manifest.json").read_text()) if sets else None
+        except (OSError, ValueError):
+            manifest = None
+        if manifest and manifest["runs"][0]["status"] == "running":
+            return
+        time.sleep(0.05)
+
+
 @pytest.fixture()
 def netns_pair(tmp_path: Path) -> Iterator[tuple[SshServer, NetnsBoard]]:
     reason = netns_unavailable()
@@ -201,16 +215,7 @@ def test_pulled_cable_mid_run_is_survived(netns_pair: tuple[SshServer, NetnsBoar
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     down = False
     try:
-        while True:  # the first run is running on the board
-            assert proc.poll() is None, proc.communicate()
-            sets = list(results.glob("*.incomplete")) if results.exists() else []
-            try:
-                manifest = json.loads((sets[0] / "manifest.json").read_text()) if sets else None
-            except (OSError, ValueError):
-                manifest = None
-            if manifest and manifest["runs"][0]["status"] == "running":
-                break
-            time.sleep(0.05)
+        _wait_first_run_running(proc, results)
         subprocess.run(["ip", "link", "set", namespace.host_if, "down"], check=True)  # no RST, no FIN: silence
         down = True
         while _connected_to(server.address, server.port):  # until the controller gives the dead link up ...
@@ -243,16 +248,7 @@ def test_killed_controller_is_finished_by_resume_without_measuring_twice(sshd: S
                              "--results", str(results), "--target", "board"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        while True:  # the first run is running on the board
-            assert proc.poll() is None, proc.communicate()
-            sets = list(results.glob("*.incomplete")) if results.exists() else []
-            try:
-                manifest = json.loads((sets[0] / "manifest.json").read_text()) if sets else None
-            except (OSError, ValueError):
-                manifest = None
-            if manifest and manifest["runs"][0]["status"] == "running":
-                break
-            time.sleep(0.05)
+        _wait_first_run_running(proc, results)
         proc.kill()  # the controller dies hard: no cleanup, its lease holder and the runner stay on the board
         proc.communicate()
     finally:
