@@ -5,13 +5,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 SYSTEM_PACKAGES := fio gcc g++ make cmake git libc6-dev openssh-server
 
-.PHONY: demo test setup system-deps venv native lint clean
+.PHONY: demo test test-fast setup system-deps venv native lint clean
 
 demo: setup
 	$(BIN)/harness run experiments/quickstart.yaml --target local
 
+# everything (the README's command and CI's); -ra ends with the reason of every skip
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -ra
+
+# the edit loop: no campaign, build, sshd, adb or jtop (under a minute)
+test-fast: setup
+	$(BIN)/python -m pytest -q -ra -m "not slow"
 
 setup: system-deps venv native
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness import emulation
+from harness import emulation, stopping
 from harness.collectors import COLLECTORS, collector_configs
 from harness.collectors.platform import preflight as collector_preflight
 from harness.config.target import Target
@@ -87,6 +87,17 @@ class Campaign:
     # ------------------------------------------------------------------ whole campaign
     def run(self) -> CampaignResult:
         sessions = self._preflight()
+        try:
+            stopping.checkpoint("preflight")
+            with stopping.deferred():  # a set directory always has its manifest
+                writer = self._new_writer()
+        except BaseException:
+            for session in sessions:
+                session.close()
+            raise
+        return self._execute(sessions, writer)
+
+    def _new_writer(self) -> ResultSetWriter:
         writer = ResultSetWriter(self.results_dir, self.set_id)
         loaded = self.plan.experiment
         writer.start(experiment_name=self.experiment.name, experiment_path=loaded.path, experiment_text=loaded.text,
@@ -98,7 +109,7 @@ class Campaign:
         writer.manifest["matrix"] = {key: list(values) for key, values in self.experiment.matrix.items()}
         writer.manifest["baseline"] = self.experiment.baseline
         writer.save()
-        return self._execute(sessions, writer)
+        return writer
 
     def resume(self, path: Path) -> CampaignResult:
         """Complete an incomplete set: runs that finished stay; missing, failed and interrupted ones run."""
@@ -128,7 +139,7 @@ class Campaign:
             for session in sessions:
                 session.close()
             result = self._finish(writer, complete)
-        result.interrupted = interrupted
+        result.interrupted = interrupted or result.interrupted
         return result
 
     def _run_parallel(self, writer: ResultSetWriter, sessions: list[TargetSession]) -> None:
@@ -260,19 +271,30 @@ class Campaign:
     def _finish(self, writer: ResultSetWriter, complete: bool) -> CampaignResult:
         # Tables come from whatever runs finished, even after an interrupt; the set is renamed to
         # its final name only when complete. Figures and report are derived, so they come last.
-        counts = write_tables(writer.path, writer.manifest)
-        path = writer.finish(complete=complete)
+        # a stop signal here waits until the tables and the manifest are written (and the set renamed)
+        with stopping.deferred(raise_after=False):
+            stopping.checkpoint("tables")
+            counts = write_tables(writer.path, writer.manifest)
+            path = writer.finish(complete=complete)
+        interrupted = stopping.take_pending()
         figures: list[Path] = []
         try:
+            if interrupted:
+                raise KeyboardInterrupt
             from harness.report import render_report
 
             figures = render_report(path)
+        except KeyboardInterrupt:
+            interrupted = True
+            self.progress.message(f"stopped ({stopping.name()}) before the figures; the tables are written; "
+                                  f"draw them with: harness report {path}")
         except Exception as exc:  # noqa: BLE001 - the data is safe; say how to retry instead of failing
             self.progress.message(f"figures/report failed ({exc}); retry with: harness report {path}")
         statuses: dict[str, int] = {}
         for run in writer.manifest["runs"]:
             statuses[run["status"]] = statuses.get(run["status"], 0) + 1
-        return CampaignResult(path, complete, statuses=statuses, table_rows=counts, figures=figures)
+        return CampaignResult(path, complete, interrupted=interrupted, statuses=statuses, table_rows=counts,
+                              figures=figures)
 
     def _planned(self, target: Target, run: PlannedRun) -> dict[str, Any]:
         return {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
@@ -312,6 +334,7 @@ class Campaign:
                 runstate.before_run(session, writer, run, self.experiment.expect, self.progress.message)
                 self._run_one(session, writer, run, files)
                 runstate.after_run(session, writer, run, self.experiment.expect)
+                stopping.checkpoint("between-runs")
             self._check_expectations(session, writer, facts, "after")
         finally:
             for path in created:
@@ -441,16 +464,24 @@ class Campaign:
         if self.keep or self.resumed_running:
             session.transport.run(["rm", "-rf", remote_dir])  # a resumed run starts clean
         put_bytes(session.transport, json.dumps(spec, indent=1).encode(), f"{remote_dir}/spec.json")
-        pid = session.transport.start_detached([session.python, "-m", "runner", "run", f"{remote_dir}/spec.json"],
-                                               cwd=session.runner_root, log=f"{remote_dir}/runner.log")
-        writer.update_run(run.run_id, status="running", runner_pid=pid)
         limit_s = self._run_limit_s(spec)
+        pid = None
         try:
+            # a runner that started is recorded with its pid before a stop can act: it is never left unrecorded
+            with stopping.deferred():
+                pid = session.transport.start_detached(
+                    [session.python, "-m", "runner", "run", f"{remote_dir}/spec.json"],
+                    cwd=session.runner_root, log=f"{remote_dir}/runner.log")
+                writer.update_run(run.run_id, status="running", runner_pid=pid)
+            stopping.checkpoint("run")
             died = self._wait_done(session, remote_dir, pid, spec, limit_s)
         except KeyboardInterrupt:
-            self._stop_runner(session, remote_dir, pid)
-            emulation.repair(session, spec, self.progress.message)  # in case it had to be SIGKILLed
-            self._pull(session, writer, run, remote_dir, default_status="interrupted")
+            if pid is None:
+                raise
+            with stopping.deferred():  # a second Ctrl-C must not leave the runner running
+                self._stop_runner(session, remote_dir, pid)
+                emulation.repair(session, spec, self.progress.message)  # in case it had to be SIGKILLed
+                self._pull(session, writer, run, remote_dir, default_status="interrupted")
             raise
         except _RunOverdue:
             # a runner hung outside its step (a collector, a cache prefetch, a wedged service): stop it, keep
@@ -503,7 +534,14 @@ class Campaign:
 
     def _pull(self, session: TargetSession, writer: ResultSetWriter, run: PlannedRun, remote_dir: str,
               default_status: str, failure: str | None = None) -> None:
-        """Pull, verify and record the run; ``failure`` (the controller's own verdict) overrides the runner's."""
+        """Pull, verify and record the run; ``failure`` (the controller's own verdict) overrides the runner's.
+        A stop signal waits until the run is recorded (stopping.deferred)."""
+        with stopping.deferred():
+            stopping.checkpoint("pull")
+            self._pull_and_record(session, writer, run, remote_dir, default_status, failure)
+
+    def _pull_and_record(self, session: TargetSession, writer: ResultSetWriter, run: PlannedRun, remote_dir: str,
+                         default_status: str, failure: str | None) -> None:
         target = session.target.name
         local = writer.raw_dir(target, run.run_id)
         status, error = default_status, None

@@ -11,6 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
+from harness import stopping
 from harness.errors import HarnessError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -38,9 +39,16 @@ def _register() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point. Typer handles usage errors (exit 2); HarnessError becomes one line and its code."""
     _register()
+    stopping.install()  # SIGINT, SIGTERM, SIGHUP: one clean stop, exit 128 + signal
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         app(args=argv, prog_name="harness")
+    except SystemExit as exc:
+        # Typer turns KeyboardInterrupt into exit 130 whatever the signal was; say which, and exit 128 + it
+        if exc.code == 130 and stopping.received() is not None:
+            err_console.print(f"interrupted ({stopping.name()})", highlight=False)
+            sys.exit(stopping.exit_code())
+        raise
     except HarnessError as exc:
         if debug:
             raise

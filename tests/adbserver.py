@@ -15,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.helpers import slow_only
 from tests.sshd import die_with_parent, free_port
 
 ADB = "adb"
@@ -39,6 +40,7 @@ class AdbServer:
         self.env["HOME"] = str(self.root / "home")
 
     def start(self, timeout: float = 20) -> AdbServer:
+        slow_only("starts an adb server")
         (self.root / "home").mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         with open(self.root / "server.log", "ab") as log:

@@ -1,88 +1,73 @@
-"""Shared test helpers: the repo, the shared fixtures, and a way to run the real CLI."""
+"""Fixtures shared by the test modules. Helpers (paths, running the CLI, waiting) are in ``tests/helpers.py``."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
-import sys
+import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import QUICK_TEST, SMALL, private_base, run_campaign
 from tests.sshd import SshServer, sshd_unavailable
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures"
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests not marked slow run with QUICK_TEST set: starting a campaign, a build, sshd, adb or jtop then fails
+    them (helpers.slow_only), so ``-m "not slow"`` really is the quick suite."""
+    if item.get_closest_marker("slow") is None:
+        os.environ[QUICK_TEST] = item.nodeid
+    else:
+        os.environ.pop(QUICK_TEST, None)
 
 
-def run_cli(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict[str, str] | None = None,
-            ) -> subprocess.CompletedProcess[str]:
-    """Run ``harness ARGS`` as a user would, in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200", **(env or {})}, check=False)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    os.environ.pop(QUICK_TEST, None)
 
 
-FILE_BYTES = 256 << 20
-SMALL = f"""\
-name: e2e
-files:
-  data: {{create: {FILE_BYTES}}}
-cache: both
-rounds: 2
-collect:
-  blockstat: {{period_ms: 10}}
-  threads: {{period_ms: 5}}
-steps:
-  - fio:
-      file: data
-      jobs: [randread-64k-qd1, randread-64k-qd4]
-      runtime_s: 1
-  - read: {{file: data, pattern: seq}}
-"""
+@pytest.fixture(scope="session", autouse=True)
+def _private_dirs() -> Iterator[None]:
+    """Remove this test process's scratch files and workdirs under /var/tmp when the session ends."""
+    yield
+    shutil.rmtree(private_base(), ignore_errors=True)
 
 
-@contextlib.contextmanager
-def machine_lock() -> Iterator[None]:
-    """Hold the emulation lock: no emulated run (ours or a colleague's) can change read_ahead_kb meanwhile."""
-    from runner import emulate
-
-    fd = emulate._lock(blocking=True)
-    try:
-        yield
-    finally:
-        emulate._unlock(fd)
-
-
-def private_targets_dir() -> Path:
-    """A targets dir whose `local` has its own workdir, so its board lease is this test run's alone
-    (campaigns elsewhere on the machine never make these tests wait)."""
-    base = Path("/var/tmp/harness-tests") / f"targets-{os.getpid()}"
-    if not (base / "local.yaml").exists():
-        base.mkdir(parents=True, exist_ok=True)
-        text = (REPO / "targets" / "local.yaml").read_text()
-        workdir = base.parent / f"work-{os.getpid()}"
-        (base / "local.yaml").write_text(text.replace("workdir: /var/tmp/harness", f"workdir: {workdir}"))
-    return base
-
-
-def run_campaign(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    """``harness run ARGS`` on the private local target."""
-    return run_cli("run", *args, "--targets-dir", str(private_targets_dir()), **kwargs)  # type: ignore[arg-type]
+def _read_only(root: Path) -> None:
+    """Make a finished result set read-only for the tests that share it: one test cannot change what another reads."""
+    for path in root.rglob("*"):
+        if path.is_file():
+            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
 @pytest.fixture(scope="session")
 def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One small quickstart-shaped campaign on this machine, shared by the tests that read its set."""
+    """One small quickstart-shaped campaign on this machine, shared by the tests that read its set. Its files are
+    read-only; a test that changes a set copies it first (``copy_of_set``)."""
     base = tmp_path_factory.mktemp("e2e")
     exp = base / "e2e.yaml"
     exp.write_text(SMALL)
     # per process: two test sessions at once must not share (and drop or prefetch) each other's data file
-    scratch = Path("/var/tmp/harness-tests") / f"{base.name}-{os.getpid()}"
+    scratch = private_base() / f"scratch-{base.name}"
     done = run_campaign(str(exp), "--results", str(base / "results"), "--scratch", str(scratch))
     sets = list((base / "results").iterdir())
+    for one in sets:
+        _read_only(one)
     return {"done": done, "sets": sets, "results": base / "results", "scratch": scratch}
+
+
+@pytest.fixture
+def copy_of_set(small_campaign: dict, tmp_path: Path) -> Path:
+    """A private, writable copy of the small campaign's result set, for tests that change a set."""
+    [one] = small_campaign["sets"]
+    copy = tmp_path / one.name
+    shutil.copytree(one, copy)
+    for path in copy.rglob("*"):
+        if path.is_file():
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    return copy
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +82,5 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
         yield server
     finally:
         server.stop()
+
+

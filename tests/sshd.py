@@ -18,6 +18,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.helpers import slow_only
+
 SSHD = "/usr/sbin/sshd"
 
 
@@ -64,6 +66,7 @@ class SshServer:
     known_hosts: Path = field(init=False)
 
     def start(self) -> SshServer:
+        slow_only("starts sshd")
         self.root.mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
         self.port = self.port or free_port(self.address if self.netns is None else "127.0.0.1")

@@ -6,7 +6,7 @@ import csv
 import io
 import json
 
-from tests.conftest import FIXTURES, run_cli
+from tests.helpers import FIXTURES, run_cli
 
 FIO_COLUMNS = {"job_name", "rw", "bs_bytes", "iodepth", "numjobs", "ioengine", "direct", "read_iops",
                "read_bw_bytes_per_s", "read_clat_mean_ns", "read_clat_p50_ns", "read_clat_p99_ns", "read_io_bytes",

@@ -10,7 +10,7 @@ from harness.config.experiment import load_experiment
 from harness.config.target import load_target
 from harness.errors import ConfigError
 from harness.plan import build_plan
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 GOOD = """\
 name: cfg

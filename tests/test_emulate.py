@@ -23,7 +23,7 @@ import pytest
 
 from runner import cgroup, emulate, probe
 from runner.util import make_data_file
-from tests.conftest import REPO, machine_lock
+from tests.helpers import REPO, machine_lock
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and read_ahead_kb need root"),

@@ -19,7 +19,7 @@ import pytest
 
 from harness.results.loader import load_result_set
 from runner import cgroup, emulate, probe
-from tests.conftest import REPO, machine_lock, run_cli
+from tests.helpers import REPO, machine_lock, run_cli
 
 MiB = 1 << 20
 needs_cgroups = pytest.mark.skipif(os.geteuid() != 0 or "memory" not in cgroup.detect() or "io" not in

@@ -29,7 +29,7 @@ from harness.engines.llamacpp import (
 from harness.engines.llamacpp.build import _apply_patches, cache_key
 from harness.engines.llamacpp.source import prepare_source, tree_sha256
 from harness.models.synth import SynthInfo, synth_moe
-from tests.conftest import private_targets_dir, run_cli
+from tests.helpers import private_targets_dir, run_cli
 
 SDIST = "llama-cpp-python==0.3.36"
 COMMIT = "0c1e570"  # llama.cpp commit vendored in that sdist (its CHANGELOG and the fixtures agree)

@@ -29,8 +29,8 @@ from harness.parsers import parse
 from runner import platform_collectors as pc
 from runner import probe
 from tests import fakeboard as fb
-from tests.conftest import REPO, run_cli
 from tests.fakejtop import load_capture
+from tests.helpers import REPO, run_cli, slow_only
 
 # jetson-stats 7.2.2 calls distro.linux_distribution() (deprecated) when the client starts
 pytestmark = pytest.mark.filterwarnings("ignore:distro.linux_distribution:DeprecationWarning")
@@ -44,6 +44,7 @@ class Service:
     real one: run process terminated, manager shut down, socket removed)."""
 
     def __init__(self, root: Path, *args: str) -> None:
+        slow_only("starts a jtop service")
         self.socket = root / "run" / "jtop.sock"
         self.socket.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.fakejtop", "--socket", str(self.socket),

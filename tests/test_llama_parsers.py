@@ -1,4 +1,4 @@
-"""llama-bench and llama-server parsers on real captured output (../shared/fixtures), values read by eye."""
+"""llama-bench and llama-server parsers on real captured output (tests/data/llama-*), values read by eye."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from harness.parsers import ParseError, parse
 from harness.parsers.llama_bench import sample_rows
-from tests.conftest import FIXTURES, run_cli
+from tests.helpers import FIXTURES, run_cli
 
 BENCH = FIXTURES / "llama-bench"
 JSONL = BENCH / "llama-0c1e570-qwen3moe-1.6G-in-512M-cgroup-mmap.jsonl"

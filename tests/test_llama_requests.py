@@ -15,7 +15,7 @@ from harness.steps import STEPS
 from harness.steps.llamacpp import LlamaBenchConfig, LlamaServerConfig, request_row, token_rows
 from runner import cache
 from runner.llama import make_cold, proc_stat
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_cli
 
 NATIVE_BIN = str(REPO / "runner" / "native" / "bin")
 

@@ -23,7 +23,7 @@ from harness.engines.llamacpp import CPU_NATIVE_FLAGS, DEFAULT_CACHE_DIR, BuildI
 from harness.models.synth import SynthInfo, synth_moe
 from harness.parsers import parse
 from harness.steps import STEPS
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_cli
 
 SDIST = "llama-cpp-python==0.3.36"
 NATIVE_BIN = REPO / "runner" / "native" / "bin"

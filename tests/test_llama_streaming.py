@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 EXPERIMENT = """\
 name: streaming

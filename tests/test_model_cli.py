@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def test_synth_then_inspect_json_reports_expert_layout(tmp_path: Path) -> None:
@@ -36,7 +36,7 @@ def test_inspect_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_model_that_is_not_gguf_is_refused_before_any_run(tmp_path: Path) -> None:
-    from tests.conftest import run_campaign
+    from tests.helpers import run_campaign
 
     junk = tmp_path / "model.gguf"
     junk.write_bytes(b"PK\x03\x04 not a model" * 100)

@@ -9,7 +9,7 @@ import jupytext
 import pytest
 from nbclient import NotebookClient
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Parsers on the project fixtures and on real captures in tests/data: registry, fio, blockstat, nvpmodel.
+"""Parsers on real captures in tests/data (sources in each SOURCE.md): registry, fio, blockstat, nvpmodel.
 
 Expected numbers were read off the fixture files by eye, not computed by the code under test.
 """
@@ -6,7 +6,6 @@ Expected numbers were read off the fixture files by eye, not computed by the cod
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,13 +14,11 @@ from harness.parsers.blockstat import delta, parse_blockstat
 from harness.parsers.fio import fio_size_bytes, parse_fio
 from harness.parsers.nvpmodel import parse_nvpmodel
 from harness.parsers.sampler import parse_sampler_threads
-
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-DATA = Path(__file__).resolve().parent / "data"
+from tests.helpers import DATA
 
 
 def fixture(rel: str) -> bytes:
-    return (FIXTURES / rel).read_bytes()
+    return (DATA / rel).read_bytes()
 
 
 def data(rel: str) -> bytes:

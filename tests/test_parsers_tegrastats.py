@@ -1,4 +1,4 @@
-"""tegrastats across boards and releases: the project fixture (Orin Nano Super, JetPack 6) and real
+"""tegrastats across boards and releases: the Orin Nano Super (JetPack 6) and real
 lines from other boards in tests/data/tegrastats (sources in SOURCE.md there)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 
 from harness.parsers import ParseError
 from harness.parsers.tegrastats import parse_tegrastats
+from tests.helpers import REPO
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-DATA = Path(__file__).resolve().parent / "data" / "tegrastats"
+DATA = REPO / "tests" / "data" / "tegrastats"
 
 
 def rows_of(path: Path) -> list[dict]:
@@ -19,7 +19,7 @@ def rows_of(path: Path) -> list[dict]:
 
 
 def test_orin_nano_super_jp6_without_sudo():
-    first, _ = rows_of(FIXTURES / "tegrastats" / "orin-nano-super-jp6.log")
+    first, _ = rows_of(DATA / "orin-nano-super-jp6.log")
     assert first["timestamp"] == "2025-07-14T10:29:36"
     assert (first["ram_used_mb"], first["ram_total_mb"]) == (2147, 7620)
     assert (first["swap_used_mb"], first["swap_total_mb"], first["swap_cached_mb"]) == (1476, 3810, 1)
@@ -34,7 +34,7 @@ def test_orin_nano_super_jp6_without_sudo():
 
 
 def test_orin_nano_super_jp6_with_sudo():
-    _, second = rows_of(FIXTURES / "tegrastats" / "orin-nano-super-jp6.log")
+    _, second = rows_of(DATA / "orin-nano-super-jp6.log")
     assert second["timestamp"] == "2026-10-08T04:38:21"
     assert second["cpu_freq_mhz"] == [1497, 729, 729, 729, 729, 729]
     assert (second["emc_load_pct"], second["emc_freq_mhz"]) == (15, 204)

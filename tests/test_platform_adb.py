@@ -238,7 +238,7 @@ def workdir() -> Iterator[str]:
 def test_campaign_over_adb_deploys_runs_and_pulls(adb_server: AdbServer, phone: FakeAdbd, tmp_path: Path,
                                                   workdir: str) -> None:
     from harness.results.loader import load_result_set
-    from tests.conftest import run_cli
+    from tests.helpers import run_cli
 
     targets = tmp_path / "targets"
     targets.mkdir()

@@ -12,7 +12,7 @@ from harness.parsers import ParseError, parse
 from harness.platforms import PLATFORMS
 from harness.platforms.android import enrich
 from tests import fakeboard as fb
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 ANDROID = fb.DATA / "android"
 

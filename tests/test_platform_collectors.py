@@ -18,7 +18,7 @@ from harness.parsers import ParseError, parse
 from runner import platform_collectors as pc
 from runner import probe
 from tests import fakeboard as fb
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_cli
 
 LINUX = fb.DATA / "linux"
 COLLECT = """collect:

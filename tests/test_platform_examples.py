@@ -7,7 +7,7 @@ from harness.collectors import COLLECTORS
 from harness.config.experiment import load_experiment
 from harness.config.target import load_targets
 from harness.platforms import PLATFORMS
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_cli
 
 EXAMPLES = REPO / "targets" / "examples"
 EXPERIMENT = REPO / "experiments" / "examples" / "jetson-board-state.yaml"

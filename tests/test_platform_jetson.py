@@ -13,7 +13,7 @@ from harness.platforms import PLATFORMS
 from harness.platforms.jetson import enrich
 from runner import platform_probes, probe
 from tests import fakeboard as fb
-from tests.conftest import FIXTURES, run_cli
+from tests.helpers import FIXTURES, python_or_skip, run_cli
 
 JETSON = fb.DATA / "jetson"
 
@@ -160,15 +160,9 @@ def test_tegrastats_jetpack7_capture_parses() -> None:
 
 def test_the_runner_probe_runs_on_python_3_8(tmp_path: Path) -> None:
     """JetPack 5 boards ship Python 3.8: the target side must not use anything newer."""
-    import glob
-    import shutil
     import subprocess
 
-    candidates = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3.8")) + [shutil.which("python3.8") or ""]
-    runs = [c for c in candidates if c and subprocess.run([c, "-V"], capture_output=True, check=False).returncode == 0]
-    if not runs:
-        pytest.skip("python3.8 not installed here")
-    py38 = runs[0]
+    py38 = str(python_or_skip("3.8"))
     root = fb.jetson_tree(tmp_path / "root")
     env = fb.jetson_env(root, fb.jetson_tools(tmp_path / "bin"))
     done = subprocess.run([py38, "-m", "runner", "probe"], cwd=fb.REPO, capture_output=True, text=True, timeout=120,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.platforms import PLATFORMS
 from tests import fakeboard as fb
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def pc_tree(root: Path, *, link: tuple[str, int] = ("16.0 GT/s PCIe", 4), pkg_millic: int = 52000) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.parsers import ParseError, parse
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 NVCC = shutil.which("nvcc") or next((str(p) for p in Path("/usr/local").glob("cuda*/bin/nvcc")), None)
 

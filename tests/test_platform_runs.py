@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from tests import fakeboard as fb
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def _experiment(base: Path, expect: str, collect: str = "") -> Path:

@@ -28,7 +28,7 @@ from harness.engines.llamacpp.remote import build_on_target
 from harness.engines.llamacpp.source import SourceSpec, prepare_source, sha256_file
 from harness.results.loader import load_result_set
 from harness.session import TargetSession, open_session
-from tests.conftest import run_cli
+from tests.helpers import python_or_skip, run_cli
 from tests.sshd import SshServer, sshd_unavailable
 
 pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
@@ -264,11 +264,7 @@ def test_board_build_survives_a_dropped_connection(sshd: SshServer, session: Tar
 
 def test_a_python_3_8_board_builds_too(open_board: Callable[..., TargetSession], tmp_path: Path) -> None:
     """JetPack 5 boards ship Python 3.8: the board-side builder must run there."""
-    found = sorted(Path("/root/.pyenv/versions").glob("3.8*/bin/python3.8")) + \
-        [Path(p) for p in [shutil.which("python3.8")] if p]
-    if not found:
-        pytest.skip("python3.8 not installed here")
-    opened = open_board(f"python: {found[0]}\n")
+    opened = open_board(f"python: {python_or_skip('3.8')}\n")
     tree = _tiny_tree(tmp_path / "tiny")
     record = build_on_target(opened, {"path": str(tree)}, [], [], tmp_path / "sources", print)
     assert record["built"] and record["versions"]["llama-server"] == "version: hello (unknown)"

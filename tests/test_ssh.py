@@ -19,7 +19,7 @@ from harness.config.target import load_target
 from harness.errors import ConfigError, TargetError
 from harness.results.loader import load_result_set
 from harness.transport.ssh import SshTransport
-from tests.conftest import FILE_BYTES, SMALL, run_cli
+from tests.helpers import FILE_BYTES, SMALL, find_python, run_cli
 from tests.sshd import SshServer, sshd_unavailable
 
 pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
@@ -153,7 +153,7 @@ def test_unknown_host_key_is_refused_until_trusted(sshd: SshServer, tmp_path: Pa
 def test_check_says_when_a_board_cannot_run_the_runner(sshd: SshServer, tmp_path: Path, workdir: str) -> None:
     targets = tmp_path / "targets"
     sshd.write_target(targets, "nopython", workdir=workdir, extra="python: /nonexistent/python3\n")
-    old = sorted(Path("/root/.pyenv/versions").glob("3.[0-7].*/bin/python3.[0-7]"))
+    old = [p for p in (find_python("3.7"), find_python("3.6")) if p]
     if old:
         sshd.write_target(targets, "oldpython", workdir=workdir, extra=f"python: {old[0]}\n")
     checked = run_cli("targets", "--check", "--targets-dir", str(targets))

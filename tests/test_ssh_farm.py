@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness.results.loader import load_result_set
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_cli
 from tests.sshd import NetnsBoard, SshServer, netns_unavailable, sshd_unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")]

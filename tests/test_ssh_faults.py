@@ -21,7 +21,7 @@ from harness.config.target import load_targets
 from harness.plan import build_plan
 from harness.results.loader import load_result_set
 from harness.transport.ssh import SshTransport
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.sshd import SshServer, sshd_unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")]

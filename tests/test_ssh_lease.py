@@ -20,7 +20,7 @@ from harness.errors import TargetError
 from harness.lease import acquire, break_lease, show
 from harness.transport.local import LocalTransport
 from harness.transport.ssh import SshTransport
-from tests.conftest import REPO, run_cli
+from tests.helpers import REPO, run_cli
 from tests.sshd import SshServer
 
 EXPERIMENT = "name: leased\nfiles:\n  data: {create: 1M}\nsteps:\n  - read: {file: data}\n"

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from harness.results.loader import load_result_set
-from tests.conftest import run_campaign
+from tests.helpers import run_campaign
 
 HANGS = """\
 name: watchdog

@@ -9,7 +9,6 @@ from rich.table import Table
 
 from harness.commands.common import ResultsOpt, console, frame_table
 from harness.errors import ResultSetError
-from harness.report import fio_summary, read_summary
 from harness.results.loader import find_result_set, list_result_sets, load_result_set
 
 
@@ -34,6 +33,8 @@ def list_sets(results: Path = ResultsOpt) -> None:
 
 def show(result_set: str = typer.Argument(..., metavar="SET"), results: Path = ResultsOpt) -> None:
     """Summary of one result set: status, runs, tables, figures."""
+    from harness.report import fio_summary, read_summary
+
     rs = load_result_set(find_result_set(result_set, results))
     m = rs.manifest
     console.print(f"[bold]{rs.path}[/]  status: {'complete' if rs.complete else 'INCOMPLETE'}")

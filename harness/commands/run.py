@@ -10,6 +10,7 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from harness import stopping
 from harness.campaign import Campaign, CampaignResult
 from harness.commands.common import ResultsOpt, TargetsDirOpt, console, frame_table
 from harness.config.experiment import load_experiment
@@ -17,7 +18,6 @@ from harness.config.target import load_targets, select_targets
 from harness.errors import UsageError
 from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.plan import PlannedRun, build_plan
-from harness.report import bench_summary, fio_summary, not_cleared_lines, read_summary, request_summary
 from harness.results.loader import find_result_set, load_result_set
 
 
@@ -43,6 +43,8 @@ class RichProgress:
 
 
 def print_summary(result: CampaignResult) -> None:
+    from harness.report import bench_summary, fio_summary, not_cleared_lines, read_summary, request_summary
+
     rs = load_result_set(result.path)
     state = "complete" if result.complete else "INCOMPLETE"
     console.print(f"\nresult set ({state}): [bold]{result.path}[/]")
@@ -101,8 +103,9 @@ def run(experiment: Path = typer.Argument(None, help="experiment YAML (omit with
         result = campaign.resume(resume_path) if resume_path is not None else campaign.run()
     print_summary(result)
     if result.interrupted:
-        console.print("interrupted: finished runs are kept; the set is marked incomplete")
-        raise typer.Exit(130)
+        state = "complete" if result.complete else "marked incomplete"
+        console.print(f"interrupted ({stopping.name()}): finished runs are kept; the set is {state}")
+        raise typer.Exit(stopping.exit_code())
     if not result.complete or set(result.statuses) - {"ok"}:
         raise typer.Exit(1)  # the set is kept either way; CI should still see that runs failed
 

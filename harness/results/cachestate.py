@@ -8,9 +8,10 @@ and every table and report line that shows its cache state says it was NOT clear
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where a frame is made: the steps use only cache_drop_columns
+    import pandas as pd
 
 NOT_CLEARED = "NOT cleared"
 
@@ -26,6 +27,8 @@ def cache_drop_columns(drop: dict[str, Any] | None) -> dict[str, Any]:
 
 def not_cleared(frame: pd.DataFrame) -> pd.Series:
     """Rows (runs or requests) whose cold condition was not reached because the cache could not be cleared."""
+    import pandas as pd
+
     if "cache_cleared" not in frame:
         return pd.Series(False, index=frame.index)
     # runs without a purge have no value (None/NaN/NA), which is not "not cleared"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas loads with the first table read: commands that only find a set start fast
+    import pandas as pd
 
 from harness.errors import ResultSetError
 from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION
@@ -31,6 +32,8 @@ class ResultSet:
         """A table as a DataFrame; an empty one when the set has no such data."""
         if name not in self._tables:
             path = self.path / "tables" / f"{name}.parquet"
+            import pandas as pd
+
             self._tables[name] = pd.read_parquet(path) if path.exists() else pd.DataFrame()
         return self._tables[name]
 

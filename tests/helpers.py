@@ -1,0 +1,182 @@
+"""Test helpers: where the repository and its captures are, running the real CLI, and waiting for a state.
+
+Test modules import from here (never from ``tests.conftest``, which pytest loads as a plugin); fixtures live in
+``conftest.py``. Every file a test reads is inside the repository: real captures are under ``tests/data/<tool>/``
+with a ``SOURCE.md`` saying where each came from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parents[1]
+# Real captured output of real tools and boards, copied byte for byte (tests/data/<tool>/SOURCE.md).
+DATA = REPO / "tests" / "data"
+FIXTURES = DATA
+
+T = TypeVar("T")
+
+
+# Set (to the test's id) while a test not marked slow runs; see conftest.py.
+QUICK_TEST = "HARNESS_TEST_QUICK"
+
+
+def slow_only(what: str) -> None:
+    """Fail a test that does something slow (a campaign, a build, sshd, adb, jtop) without the ``slow`` marker:
+    ``make test-fast`` leaves out exactly the slow tests, so the marker must say the truth."""
+    quick = os.environ.get(QUICK_TEST)
+    if quick:
+        import pytest
+
+        pytest.fail(f"{quick} {what} but is not marked slow (@pytest.mark.slow)", pytrace=False)
+
+
+def run_cli(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    """Run ``harness ARGS`` as a user would, in a subprocess."""
+    done = subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "COLUMNS": "200", **(env or {})}, check=False)
+    if args and args[0] in ("run", "deploy") and done.returncode != 2:
+        slow_only(f"ran a campaign (`harness {args[0]}` got past its input checks)")  # exit 2: refused bad input
+    return done
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float = 120, interval: float = 0.05) -> T:
+    """Poll ``check`` until it returns something truthy and return that; after ``timeout`` seconds fail the test
+    saying what was awaited. ``check`` may raise OSError or ValueError (a file half-written, not there yet):
+    that counts as not yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+        except (OSError, ValueError):
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+FILE_BYTES = 256 << 20
+SMALL = f"""\
+name: e2e
+files:
+  data: {{create: {FILE_BYTES}}}
+cache: both
+rounds: 2
+collect:
+  blockstat: {{period_ms: 10}}
+  threads: {{period_ms: 5}}
+steps:
+  - fio:
+      file: data
+      jobs: [randread-64k-qd1, randread-64k-qd4]
+      runtime_s: 1
+  - read: {{file: data, pattern: seq}}
+"""
+
+
+@contextlib.contextmanager
+def machine_lock() -> Iterator[None]:
+    """Hold the emulation lock: no emulated run (ours or a colleague's) can change read_ahead_kb meanwhile."""
+    from runner import emulate
+
+    fd = emulate._lock(blocking=True)
+    try:
+        yield
+    finally:
+        emulate._unlock(fd)
+
+
+def private_base() -> Path:
+    """This test process's own directory under /var/tmp (scratch files, workdirs): two test sessions on one machine
+    never share one."""
+    base = Path("/var/tmp/harness-tests") / f"p{os.getpid()}"
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def private_targets_dir() -> Path:
+    """A targets dir whose `local` has its own workdir, so its board lease is this test run's alone
+    (campaigns elsewhere on the machine never make these tests wait)."""
+    base = private_base() / "targets"
+    if not (base / "local.yaml").exists():
+        base.mkdir(parents=True, exist_ok=True)
+        text = (REPO / "targets" / "local.yaml").read_text()
+        workdir = private_base() / "work"
+        (base / "local.yaml").write_text(text.replace("workdir: /var/tmp/harness", f"workdir: {workdir}"))
+    return base
+
+
+def run_campaign(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """``harness run ARGS`` on the private local target."""
+    return run_cli("run", *args, "--targets-dir", str(private_targets_dir()), **kwargs)  # type: ignore[arg-type]
+
+
+def find_python(version: str) -> Path | None:
+    """An interpreter of ``version`` (e.g. "3.8") for the tests of old-Python boards, or None. Looked for, in order:
+    ``$HARNESS_TEST_PYTHON<major><minor>`` (e.g. HARNESS_TEST_PYTHON38=/usr/bin/python3.8), ``uv python find``,
+    ``pyenv``, then ``python<version>`` on PATH."""
+    wanted = f"HARNESS_TEST_PYTHON{version.replace('.', '')}"
+    candidates: list[str] = []
+    if os.environ.get(wanted):
+        candidates.append(os.environ[wanted])
+    for argv in (["uv", "python", "find", "--no-project", version],):
+        candidates.append(_first_line(argv))
+    latest = _first_line(["pyenv", "latest", version])
+    if latest:
+        prefix = _first_line(["pyenv", "prefix", latest])
+        if prefix:
+            candidates.append(str(Path(prefix) / "bin" / f"python{version}"))
+    candidates.append(shutil.which(f"python{version}") or "")
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, check=False) if Path(candidate).exists() else None
+        if probe is not None and probe.returncode == 0 and probe.stdout.strip() == version:
+            return Path(candidate)
+    return None
+
+
+def python_or_skip(version: str) -> Path:
+    """``find_python(version)``, or skip the test with one line saying how to enable it."""
+    import pytest
+
+    found = find_python(version)
+    if found is None:
+        pytest.skip(f"no Python {version} here (old board images run the runner on it): set "
+                    f"HARNESS_TEST_PYTHON{version.replace('.', '')}=/path/to/python{version}, "
+                    f"or `uv python install {version}` / `pyenv install {version}`")
+    return found
+
+
+def _first_line(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else ""
+
+
+def live_processes_mentioning(text: str) -> list[str]:
+    """``pid: command line`` of every live process (but this one) whose command line contains ``text``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{pid}: {cmdline}")
+    return found

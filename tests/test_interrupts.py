@@ -1,0 +1,166 @@
+"""A stop signal is never lost, whatever phase the campaign is in.
+
+The controller is paused at a named phase (HARNESS_PAUSE_AT, harness/stopping.py) and signalled there: no sleeps
+that hope to land in a phase. In every phase: the exit code is 128 + the signal, finished runs are kept, the
+manifest is valid JSON, no process of the campaign is left, and --resume completes what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness.results.loader import load_result_set
+from tests.helpers import REPO, live_processes_mentioning, private_base, private_targets_dir, run_campaign, wait_for
+
+pytestmark = pytest.mark.slow
+
+EXPERIMENT = """\
+name: stopped
+files:
+  data: {{create: 8M}}
+rounds: 2
+collect: [blockstat, threads]
+steps:
+  - fio: {{file: data, jobs: [randread-64k-qd1], runtime_s: {runtime}}}
+"""
+
+
+class Controller:
+    """``harness run`` in its own process, paused at ``phase``; its stderr is read as it comes."""
+
+    def __init__(self, tmp_path: Path, phase: str, *, runtime_s: float = 1, ignore_sigint: bool = False) -> None:
+        self.exp = tmp_path / "stopped.yaml"
+        self.exp.write_text(EXPERIMENT.format(runtime=runtime_s))
+        self.results = tmp_path / "results"
+        self.scratch = private_base() / f"scratch-{tmp_path.name}"
+        self.lines: list[str] = []
+
+        def start_as_a_background_job() -> None:  # what `cmd &` in a non-interactive shell does
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness", "run", str(self.exp), "--results", str(self.results),
+             "--scratch", str(self.scratch), "--targets-dir", str(private_targets_dir())],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "HARNESS_PAUSE_AT": phase, "COLUMNS": "200"},
+            preexec_fn=start_as_a_background_job if ignore_sigint else None)
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
+        self.reader.start()
+        wait_for(f"the controller to pause at {phase}", lambda: any(f"paused at {phase}" in x for x in self.lines),
+                 timeout=300)
+
+    def stop(self, signum: int) -> tuple[int, str, str]:
+        self.proc.send_signal(signum)
+        try:
+            out, _ = self.proc.communicate(timeout=120)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        self.reader.join(10)
+        return self.proc.returncode, out, "".join(self.lines)
+
+    def result_set(self) -> Path:
+        (path,) = list(self.results.iterdir())
+        json.loads((path / "manifest.json").read_text())  # valid JSON, whatever happened
+        return path
+
+
+def statuses(path: Path) -> list[str]:
+    return [r["status"] for r in json.loads((path / "manifest.json").read_text())["runs"]]
+
+
+def assert_nothing_left(ctl: Controller, path: Path) -> None:
+    set_id = json.loads((path / "manifest.json").read_text())["set_id"]
+    assert live_processes_mentioning(set_id) == []
+    assert not list(ctl.scratch.glob("*.bin")), "the created data file was left behind"
+
+
+def resume(ctl: Controller, path: Path) -> list[str]:
+    done = run_campaign("--resume", path.name, "--results", str(ctl.results), "--scratch", str(ctl.scratch))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (final,) = list(ctl.results.iterdir())
+    assert not final.name.endswith(".incomplete") and load_result_set(final).complete
+    return statuses(final)
+
+
+def test_before_the_set_exists_nothing_is_written(tmp_path: Path) -> None:
+    ctl = Controller(tmp_path, "preflight")
+    code, _, err = ctl.stop(signal.SIGINT)
+    assert code == 130, err
+    assert not ctl.results.exists() or not any(ctl.results.iterdir())
+    assert "interrupted (SIGINT)" in err
+
+
+def test_while_a_runner_runs_it_is_stopped_and_the_set_resumes(tmp_path: Path) -> None:
+    ctl = Controller(tmp_path, "run", runtime_s=30)  # the runner is busy for 30 s: the stop lands mid-run
+    code, out, err = ctl.stop(signal.SIGINT)
+    assert code == 130, err
+    path = ctl.result_set()
+    assert path.name.endswith(".incomplete")
+    assert statuses(path) == ["interrupted", "pending"]
+    assert "interrupted (SIGINT): finished runs are kept; the set is marked incomplete" in out
+    assert_nothing_left(ctl, path)
+    assert resume(ctl, path) == ["ok", "ok"]
+
+
+def test_during_a_pull_the_run_is_recorded_first(tmp_path: Path) -> None:
+    ctl = Controller(tmp_path, "pull")
+    code, _, err = ctl.stop(signal.SIGINT)
+    assert code == 130, err
+    path = ctl.result_set()
+    # the run had finished: it is pulled, verified and recorded ok before the stop takes effect
+    assert statuses(path) == ["ok", "pending"]
+    run_id = json.loads((path / "manifest.json").read_text())["runs"][0]["run_id"]
+    assert run_id in set(load_result_set(path).table("fio")["run_id"])
+    assert_nothing_left(ctl, path)
+    assert resume(ctl, path) == ["ok", "ok"]
+
+
+def test_between_runs_the_next_run_does_not_start(tmp_path: Path) -> None:
+    ctl = Controller(tmp_path, "between-runs")
+    code, _, err = ctl.stop(signal.SIGINT)
+    assert code == 130, err
+    path = ctl.result_set()
+    assert statuses(path) == ["ok", "pending"]
+    assert_nothing_left(ctl, path)
+
+
+def test_while_tables_are_written_they_are_finished(tmp_path: Path) -> None:
+    ctl = Controller(tmp_path, "tables")
+    code, out, err = ctl.stop(signal.SIGINT)
+    assert code == 130, err
+    path = ctl.result_set()
+    # every run had finished: the set is complete and its tables are whole; the figures are left for later
+    assert not path.name.endswith(".incomplete") and statuses(path) == ["ok", "ok"]
+    assert len(load_result_set(path).table("runs")) == 2
+    assert not list((path / "figures").glob("*.png")) if (path / "figures").exists() else True
+    assert f"harness report {path}" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_like_ctrl_c(tmp_path: Path, signum: int, code: int) -> None:
+    """What CI runners and systemd send (SIGTERM) and a closed terminal (SIGHUP)."""
+    ctl = Controller(tmp_path, "run", runtime_s=30)
+    got, out, err = ctl.stop(signum)
+    assert got == code, err
+    path = ctl.result_set()
+    assert statuses(path) == ["interrupted", "pending"]
+    assert f"interrupted ({signal.Signals(signum).name})" in out
+    assert_nothing_left(ctl, path)
+
+
+def test_sigint_reaches_a_controller_started_as_a_background_job(tmp_path: Path) -> None:
+    """A non-interactive shell starts `harness run ... &` with SIGINT ignored; Python then never raises
+    KeyboardInterrupt, and the campaign used to run to its end and exit 0 (seen as a flaky interrupt test)."""
+    ctl = Controller(tmp_path, "run", runtime_s=30, ignore_sigint=True)
+    code, _, err = ctl.stop(signal.SIGINT)
+    assert code == 130, err
+    assert statuses(ctl.result_set()) == ["interrupted", "pending"]
