@@ -21,6 +21,7 @@ from harness.engines.llamacpp.source import sha256_file
 from harness.errors import TargetError
 from harness.transport import put_bytes
 from harness.units import parse_size
+from runner import enginebuild
 
 MODEL_CACHE = Path(os.environ.get("HARNESS_MODEL_CACHE", "~/.cache/harness/models")).expanduser()
 BUILD_CACHE = Path(os.environ.get("HARNESS_BUILD_CACHE", "~/.cache/harness/builds")).expanduser()
@@ -61,10 +62,17 @@ def synth_key(spec: SynthSpec) -> str:
 
 def synth_model(spec: SynthSpec, say: Say, cache: Path = MODEL_CACHE) -> tuple[Path, dict[str, Any]]:
     """The cached synthetic model for ``spec`` (made now if missing) and its description."""
-    from harness.models.synth import synth_moe
-
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"qwen3moe-{synth_key(spec)}.gguf"
+    # two campaigns (or test suites) on one machine may want the same model at once: one makes it, the other
+    # waits and finds it made (they would otherwise write the same .partial file together)
+    with enginebuild.locked(str(path.with_suffix(".lock"))):
+        return _cached_or_made(spec, path, say)
+
+
+def _cached_or_made(spec: SynthSpec, path: Path, say: Say) -> tuple[Path, dict[str, Any]]:
+    from harness.models.synth import synth_moe
+
     info_path = path.with_suffix(".json")
     if path.exists() and info_path.exists():
         described = json.loads(info_path.read_text())

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,17 +35,17 @@ def _private_dirs() -> Iterator[None]:
     shutil.rmtree(private_base(), ignore_errors=True)
 
 
-def _read_only(root: Path) -> None:
-    """Make a finished result set read-only for the tests that share it: one test cannot change what another reads."""
-    for path in root.rglob("*"):
-        if path.is_file():
-            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+def _snapshot(root: Path) -> dict[str, str]:
+    """Every file of a tree and its content hash."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="session")
-def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One small quickstart-shaped campaign on this machine, shared by the tests that read its set. Its files are
-    read-only; a test that changes a set copies it first (``copy_of_set``)."""
+def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One small quickstart-shaped campaign on this machine, shared by the tests that read its set. No test may
+    change the set (file modes do not stop root): it is compared with its first state when the session ends.
+    A test that changes a set works on a copy (``copy_of_set``)."""
     base = tmp_path_factory.mktemp("e2e")
     exp = base / "e2e.yaml"
     exp.write_text(SMALL)
@@ -53,9 +53,12 @@ def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
     scratch = private_base() / f"scratch-{base.name}"
     done = run_campaign(str(exp), "--results", str(base / "results"), "--scratch", str(scratch))
     sets = list((base / "results").iterdir())
-    for one in sets:
-        _read_only(one)
-    return {"done": done, "sets": sets, "results": base / "results", "scratch": scratch}
+    before = {one: _snapshot(one) for one in sets}
+    yield {"done": done, "sets": sets, "results": base / "results", "scratch": scratch}
+    for one, files in before.items():
+        after = _snapshot(one)
+        changed = sorted(name for name in files.keys() | after.keys() if files.get(name) != after.get(name))
+        assert not changed, f"a test changed the shared result set {one.name}: {', '.join(changed)}"
 
 
 @pytest.fixture
@@ -64,9 +67,6 @@ def copy_of_set(small_campaign: dict, tmp_path: Path) -> Path:
     [one] = small_campaign["sets"]
     copy = tmp_path / one.name
     shutil.copytree(one, copy)
-    for path in copy.rglob("*"):
-        if path.is_file():
-            path.chmod(path.stat().st_mode | stat.S_IWUSR)
     return copy
 
 

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,12 +22,21 @@ import pytest
 
 from runner import cgroup, emulate, probe
 from runner.util import make_data_file
-from tests.helpers import REPO, machine_lock
+from tests.helpers import REPO, machine_lock, wait_for
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and read_ahead_kb need root"),
-              pytest.mark.skipif("memory" not in cgroup.detect() or "io" not in cgroup.detect(),
-                                 reason="no writable cgroup memory and io controllers on this machine")]
+
+def cgroups_missing() -> str | None:
+    """Why emulation (cgroups, read_ahead_kb) cannot run on this machine, or None. The same gate is in every
+    module that runs ``emulate:`` for real (test_emulate_campaign.py, test_remote_build.py)."""
+    if os.geteuid() != 0:
+        return "cgroups and read_ahead_kb need root"
+    if "memory" not in cgroup.detect() or "io" not in cgroup.detect():
+        return "no writable cgroup memory and io controllers on this machine"
+    return None
+
+
+needs_cgroups = pytest.mark.skipif(cgroups_missing() is not None, reason=cgroups_missing() or "")
+pytestmark = [pytest.mark.slow, needs_cgroups]
 
 MiB = 1 << 20
 BASE = Path("/var/tmp/harness-tests")  # a real disk, not tmpfs: cold reads must hit the device
@@ -213,14 +221,15 @@ def test_read_ahead_restored_when_the_step_fails(workdir: Path, native_bin: str,
 
 def _wait_until_step_runs(spec: Path, proc: subprocess.Popen[bytes]) -> None:
     """Until the reader (not the runner forking it) is running inside the run's cgroups."""
-    deadline = time.monotonic() + 60
-    while True:
-        readers = [line for line in _processes_mentioning(str(spec.parent)) if "runner.readfile" in line]
-        if readers:
-            break
-        assert proc.poll() is None and time.monotonic() < deadline, "the step never started"
-        time.sleep(0.05)
-    pid = readers[0].split(":")[0]
+
+    def readers() -> list[str]:
+        if proc.poll() is not None:
+            out = proc.communicate()[0].decode(errors="replace")
+            pytest.fail(f"the runner exited ({proc.returncode}) before its step started: {out}")
+        return [line for line in _processes_mentioning(str(spec.parent)) if "runner.readfile" in line]
+
+    # another emulated run on this machine (a colleague's test session) may hold the emulation lock a while
+    pid = wait_for("the step's reader process (runner.readfile) to start", readers, timeout=300)[0].split(":")[0]
     membership = Path(f"/proc/{pid}/cgroup").read_text()
     # in the run's cgroup for every emulated resource; the runner itself stays outside
     wanted = json.loads(spec.read_text())["emulate"]

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +18,21 @@ import pytest
 
 from harness.results.loader import load_result_set
 from runner import cgroup, emulate, probe
-from tests.helpers import REPO, machine_lock, run_cli
+from tests.helpers import REPO, machine_lock, run_cli, wait_for
 
 MiB = 1 << 20
-needs_cgroups = pytest.mark.skipif(os.geteuid() != 0 or "memory" not in cgroup.detect() or "io" not in
-                                   cgroup.detect(), reason="needs root and cgroup memory and io controllers")
+
+
+def cgroups_missing() -> str | None:
+    """Why emulation (cgroups, read_ahead_kb) cannot run on this machine, or None: test_emulate.py's gate."""
+    if os.geteuid() != 0:
+        return "cgroups and read_ahead_kb need root"
+    if "memory" not in cgroup.detect() or "io" not in cgroup.detect():
+        return "no writable cgroup memory and io controllers on this machine"
+    return None
+
+
+needs_cgroups = pytest.mark.skipif(cgroups_missing() is not None, reason=cgroups_missing() or "")
 
 
 def experiment(tmp_path: Path, emulate_block: str, matrix: str = "{}") -> Path:
@@ -145,11 +154,13 @@ def test_controller_repairs_at_once_when_a_runner_dies(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(path), "--results", str(tmp_path / "r"),
                              "--scratch", str(tmp_path / "s"), *private_target(tmp_path)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def step_started() -> list[int]:
+        assert proc.poll() is None, proc.communicate()
+        return _pids_with("runner.readfile", tmp_path.name)
+
     try:
-        deadline = time.monotonic() + 300  # another emulated run on this machine may hold the lock a while
-        while not _pids_with("runner.readfile", tmp_path.name):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+        # another emulated run on this machine may hold the emulation lock a while
+        wait_for("the emulated step's reader process (runner.readfile) to start", step_started, timeout=300)
         runner = _pids_with("-m runner run", name)
         assert len(runner) == 1 and int(ra_path.read_text()) == wanted
         os.kill(runner[0], signal.SIGKILL)  # no finally-block runs: only the controller can clean up now

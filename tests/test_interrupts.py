@@ -52,20 +52,24 @@ class Controller:
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "HARNESS_PAUSE_AT": phase, "COLUMNS": "200"},
             preexec_fn=start_as_a_background_job if ignore_sigint else None)
-        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
-        self.reader.start()
+        self.out: list[str] = []
+        self.readers = [threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True),
+                        threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True)]
+        for reader in self.readers:
+            reader.start()
         wait_for(f"the controller to pause at {phase}", lambda: any(f"paused at {phase}" in x for x in self.lines),
                  timeout=300)
 
     def stop(self, signum: int) -> tuple[int, str, str]:
         self.proc.send_signal(signum)
         try:
-            out, _ = self.proc.communicate(timeout=120)
+            self.proc.wait(timeout=120)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
-        self.reader.join(10)
-        return self.proc.returncode, out, "".join(self.lines)
+        for reader in self.readers:
+            reader.join(10)
+        return self.proc.returncode, "".join(self.out), "".join(self.lines)
 
     def result_set(self) -> Path:
         (path,) = list(self.results.iterdir())

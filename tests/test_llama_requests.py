@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from harness.steps import STEPS
 from harness.steps.llamacpp import LlamaBenchConfig, LlamaServerConfig, request_row, token_rows
 from runner import cache
 from runner.llama import make_cold, proc_stat
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, run_cli, wait_for
 
 NATIVE_BIN = str(REPO / "runner" / "native" / "bin")
 
@@ -182,9 +181,8 @@ def test_stop_server_escalates_to_sigkill_and_takes_the_group(tmp_path: Path) ->
     # a "server" that ignores SIGTERM and has a child of its own in its process group
     proc = ctx.spawn(["sh", "-c", "trap '' TERM; sleep 300 & echo $! > child.pid; wait"], name="stubborn")
     child_pid_file = tmp_path / "child.pid"
-    while not child_pid_file.exists() or not child_pid_file.read_text().strip():
-        time.sleep(0.01)
-    child = int(child_pid_file.read_text())
+    child = int(wait_for("the stubborn server's child to write child.pid", lambda: child_pid_file.read_text().strip(),
+                         timeout=60, interval=0.01))
     try:
         assert stop_server(ctx, proc, grace_s=0.2) == -9
         assert ctx.rusage["stubborn"]["exit_code"] == -9

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,15 @@ from harness.engines.llamacpp import CPU_NATIVE_FLAGS, DEFAULT_CACHE_DIR, BuildI
 from harness.models.synth import SynthInfo, synth_moe
 from harness.parsers import parse
 from harness.steps import STEPS
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, run_cli, wait_for
 
 SDIST = "llama-cpp-python==0.3.36"
 NATIVE_BIN = REPO / "runner" / "native" / "bin"
 PROMPTS = REPO / "tests" / "data" / "llama" / "prompts.jsonl"
+
+# Every test here needs the llama.cpp build: whichever runs first builds it when the cache is empty (~6 min on two
+# quiet cores, much longer on a busy machine), and pytest-timeout counts fixture setup, so the default is too short.
+pytestmark = pytest.mark.timeout(3600)
 
 
 @pytest.fixture(scope="module")
@@ -248,9 +251,19 @@ def _start_runner(tmp_path: Path, bin_dir: str, model: str, n_predict: int) -> s
     runner = subprocess.Popen([sys.executable, "-m", "runner", "run", str(tmp_path / "spec.json")], cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     requests = tmp_path / "requests.jsonl"
-    while not (requests.exists() and requests.read_text().count("\n") >= 2):
-        assert runner.poll() is None, (tmp_path / "llama-server.stderr").read_text()[-2000:]
-        time.sleep(0.05)
+
+    def two_requests_done() -> bool:
+        if runner.poll() is not None:
+            log = tmp_path / "llama-server.stderr"
+            pytest.fail(f"the runner exited ({runner.returncode}) before two requests were recorded: "
+                        + (log.read_text()[-2000:] if log.exists() else "no llama-server.stderr"))
+        return requests.read_text().count("\n") >= 2  # not there yet: OSError, "not yet"
+
+    try:
+        wait_for("two requests recorded in requests.jsonl", two_requests_done, timeout=300)
+    except BaseException:
+        _stop_leftovers(runner, model)
+        raise
     return runner
 
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import wait_for
+
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE = ROOT / "runner" / "native"
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -93,16 +95,6 @@ def residency(native: Path, path: Path) -> dict:
     return json.loads(lines[0])
 
 
-def wait_for(pred, timeout: float = 5.0, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def start_sampler(native: Path, out: Path, *args) -> subprocess.Popen:
     p = subprocess.Popen(
         [str(native / "sampler"), *map(str, args), "--out", str(out)],
@@ -116,8 +108,44 @@ def start_sampler(native: Path, out: Path, *args) -> subprocess.Popen:
             raise AssertionError(f"sampler exited early rc={p.returncode}: {p.stderr.read()}")
         return out.exists() and out.read_text().endswith("\n")
 
-    wait_for(started, what="sampler header")
+    wait_for("the sampler's header line", started, timeout=60, interval=0.01)
     return p
+
+
+def _read_syscalls(pid: int) -> int:
+    """How many read/pread calls process ``pid`` has made (``syscr`` of /proc/PID/io)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("syscr:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no syscr in /proc/{pid}/io")
+
+
+def wait_samples(p: subprocess.Popen, n: int, reads_per_sample: int = 1) -> None:
+    """Until the sampler ``p`` has taken at least ``n`` more samples (counted from now).
+
+    The sampler buffers its records until it exits, so its output cannot show progress; its read calls can: every
+    sample re-reads its files with one ``pread`` each (block mode: one file; threads mode: at most two per thread,
+    ``stat`` and ``wchan``), and it reads nothing else while sampling. ``reads_per_sample`` is that upper bound, so
+    ``n * reads_per_sample`` more reads mean at least ``n`` more samples were started; a stopped sampler finishes
+    the sample it is in, so they are all in its output."""
+    base = _read_syscalls(p.pid)
+
+    def done():
+        if p.poll() is not None:
+            raise AssertionError(f"sampler exited early rc={p.returncode}: {p.stderr.read() if p.stderr else ''}")
+        return _read_syscalls(p.pid) - base >= n * reads_per_sample
+
+    wait_for(f"{n} more samples from the sampler (pid {p.pid})", done, timeout=60, interval=0.01)
+
+
+def assert_no_burst(ts: list[int], period_ms: int) -> None:
+    """The sampler's schedule: every sample starts at or after its own deadline, each deadline a whole number of
+    periods after the previous one and after the previous sample ended (missed deadlines are skipped, never caught
+    up). So however busy the machine, any three successive samples span more than one period: a catch-up burst
+    would put them closer together."""
+    period_ns = period_ms * 1_000_000
+    close = [(a, c) for a, c in zip(ts, ts[2:], strict=False) if c - a <= period_ns]
+    assert not close, f"three samples within one period (a catch-up burst): {close[:3]}"
 
 
 def stop(p: subprocess.Popen, sig=signal.SIGTERM) -> int:
@@ -341,11 +369,11 @@ def test_block_on_real_device(native: Path, big_file: Path, disk_dir: Path, tmp_
     out = tmp_path / "block.txt"
     t_start = time.monotonic_ns()
     p = start_sampler(native, out, "block", dev, "--period-ms", "10")
-    time.sleep(0.2)
+    wait_samples(p, 2)  # samples from before the read ...
     with open(big_file, "rb") as f:  # 64 MiB from the disk while sampling
         while f.read(MiB):
             pass
-    time.sleep(max(0.0, 1.2 - (time.monotonic_ns() - t_start) / 1e9))
+    wait_samples(p, 2)  # ... and from after it
     assert stop(p) == 0
     t_end = time.monotonic_ns()
 
@@ -361,12 +389,9 @@ def test_block_on_real_device(native: Path, big_file: Path, disk_dir: Path, tmp_
     assert t_start <= ts[0] and ts[-1] <= t_stop <= t_end  # CLOCK_MONOTONIC, same clock as Python's
     # the stats are re-read every sample: the 64 MiB cold read shows up in the sectors-read counter
     assert int(rows[-1][3]) - int(rows[0][3]) >= 64 * MiB // 512
-    # period roughly respected: ~100 samples per second, no bursts
-    span_s = (ts[-1] - ts[0]) / 1e9
-    assert 0.5 * span_s * 100 <= len(ts) - 1 <= 1.05 * span_s * 100 + 2
-    gaps = sorted(b - a for a, b in pairwise(ts))
-    assert 8e6 <= gaps[len(gaps) // 2] <= 13e6
-    assert overruns <= samples // 10
+    # never faster than the period (how close to it a busy machine gets is measured by bench/sampler_timing.py)
+    assert_no_burst(ts, 10)
+    assert samples >= 4 and overruns <= samples  # at most one overrun is counted per sample
 
 
 def _write_block_stat(path: Path, values: list[int]):
@@ -386,15 +411,15 @@ def test_block_fake_tree_old_11_field_layout_follows_updates(native: Path, tmp_p
     _write_block_stat(stat, old)
     out = tmp_path / "out.txt"
     p = start_sampler(native, out, "block", "mmcblk0", "--period-ms", "20", "--root", tmp_path / "root")
-    time.sleep(0.3)
+    wait_samples(p, 3)
     _write_block_stat(stat, new)
-    time.sleep(0.3)
+    wait_samples(p, 3)
     assert stop(p, signal.SIGINT) == 0
 
     header, recs, trailer = read_output(out)
     assert header == "# harness-sampler v1 mode=block dev=mmcblk0 period_ms=20 clock=monotonic"
     _, samples, _ = _stop_line(trailer)
-    assert samples == len(recs) >= 10
+    assert samples == len(recs) >= 6
     fields = [r.split(" ", 1)[1] for r in recs]
     old_s, new_s = " ".join(map(str, old)), " ".join(map(str, new))
     assert fields[0] == old_s and fields[-1] == new_s
@@ -408,11 +433,11 @@ def test_sampler_overrun_skips_missed_deadlines(native: Path, tmp_path: Path):
     _write_block_stat(d / "stat", list(range(17)))
     out = tmp_path / "out.txt"
     p = start_sampler(native, out, "block", "sda", "--period-ms", "10", "--root", tmp_path)
-    time.sleep(0.2)
+    wait_samples(p, 3)
     p.send_signal(signal.SIGSTOP)
-    time.sleep(0.4)
+    time.sleep(0.4)  # the stall itself: 40 deadlines pass while the sampler cannot run
     p.send_signal(signal.SIGCONT)
-    time.sleep(0.2)
+    wait_samples(p, 3)
     assert stop(p) == 0
     _, recs, trailer = read_output(out)
     _, samples, overruns = _stop_line(trailer)
@@ -420,9 +445,9 @@ def test_sampler_overrun_skips_missed_deadlines(native: Path, tmp_path: Path):
     ts = [int(r.split(" ")[0]) for r in recs]
     gaps = [b - a for a, b in pairwise(ts)]
     assert max(gaps) >= 300e6  # the stall is visible ...
-    # ... and was not "caught up" with a burst of back-to-back samples: at most the late sample itself lands
-    # close to the next on-schedule one
-    assert sum(g < 5e6 for g in gaps) <= 1
+    # ... and was not "caught up" with a burst of back-to-back samples
+    assert_no_burst(ts, 10)
+    # the ~40 deadlines missed in the stall were skipped, not sampled late
     span_ms = (ts[-1] - ts[0]) / 1e6
     assert samples <= span_ms / 10 - 25
 
@@ -476,7 +501,7 @@ def test_sampler_writes_to_stdout_by_default(native: Path, tmp_path: Path):
     )
     header = p.stdout.readline()  # the header is flushed at once
     assert header == "# harness-sampler v1 mode=block dev=sda period_ms=10 clock=monotonic\n"
-    time.sleep(0.2)
+    wait_samples(p, 5)
     p.send_signal(signal.SIGTERM)
     rest, _ = p.communicate(timeout=10)
     assert p.returncode == 0
@@ -494,7 +519,6 @@ CHILD = textwrap.dedent(
     libc = ctypes.CDLL(None, use_errno=True)
     def name(n):
         libc.prctl(15, n.encode(), 0, 0, 0)  # PR_SET_NAME: the thread's comm
-    duration = float(sys.argv[1])
     stop = threading.Event()
     started = threading.Barrier(5)
     def sleeper():
@@ -512,16 +536,27 @@ CHILD = textwrap.dedent(
         threading.Thread(target=t, daemon=True).start()
     started.wait()
     print("ready", flush=True)
-    time.sleep(duration)
+    sys.stdin.readline()  # lives until the test says so (a line, or its stdin closed), then exits by itself
     os._exit(0)
     """
 )
 
 
-def start_child(duration: float) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-c", CHILD, str(duration)], stdout=subprocess.PIPE, text=True)
+def start_child() -> subprocess.Popen:
+    """A process with four named threads (five with the main one) that exits when its stdin is closed."""
+    p = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "ready\n"
     return p
+
+
+def _spinner_ticks(child: subprocess.Popen) -> int:
+    """utime+stime (clock ticks) of the child's spinning thread, from /proc."""
+    for stat in Path(f"/proc/{child.pid}/task").glob("*/stat"):
+        text = stat.read_text()
+        if "(spin (x) y)" in text:
+            fields = text.rpartition(")")[2].split()
+            return int(fields[11]) + int(fields[12])
+    raise AssertionError("the child has no 'spin (x) y' thread")
 
 
 def parse_threads(recs: list[str]) -> list[dict]:
@@ -539,13 +574,21 @@ def parse_threads(recs: list[str]) -> list[dict]:
 
 
 def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
-    child = start_child(1.5)
+    child = start_child()
     out = tmp_path / "threads.txt"
     try:
         t0 = time.monotonic_ns()
         p = start_sampler(native, out, "threads", child.pid)
+        wait_samples(p, 2, reads_per_sample=10)  # five threads: at most a stat and a wchan read each
+        # the spinner burns CPU while it is sampled: wait until it has used 20 more ticks than any sample so far saw,
+        # then for samples that see it
+        burned = _spinner_ticks(child) + 20
+        wait_for("the spinning thread to use 20 more clock ticks of CPU", lambda: _spinner_ticks(child) >= burned,
+                 timeout=120)
+        wait_samples(p, 2, reads_per_sample=10)
         # the child exits by itself and is NOT reaped yet (a zombie): the sampler must still notice and stop
-        rc = p.wait(timeout=15)
+        child.stdin.close()
+        rc = p.wait(timeout=60)
         p.stdout.close()
         p.stderr.close()
         assert rc == 0
@@ -573,18 +616,18 @@ def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
     assert len({r["tid"] for r in rows}) >= 5
     assert all(r["tid"] != child.pid for name in ("sleeper", "waiter1") for r in by_name[name])
 
-    # one sample = one timestamp; tids ascending inside a sample; samples ~5 ms apart
+    # one sample = one timestamp; tids ascending inside a sample; never faster than the 5 ms period
     samples: dict[int, list[int]] = {}
     for r in rows:
         samples.setdefault(r["t"], []).append(r["tid"])
     assert all(tids == sorted(tids) and len(set(tids)) == len(tids) for tids in samples.values())
     ts = sorted(samples)
-    span_s = (ts[-1] - ts[0]) / 1e9
-    assert 1.0 <= span_s <= 3.0
-    assert 0.4 * span_s * 200 <= len(ts) <= 1.05 * span_s * 200 + 2
+    assert len(ts) >= 4
+    assert_no_burst(ts, 5)
 
     sleeper = by_name["sleeper"]
-    assert sum(r["state"] == "S" for r in sleeper) >= 0.9 * len(sleeper)
+    # asleep in most samples (it wakes every 0.5 s, and on a busy machine may wait a while to run: R)
+    assert sum(r["state"] == "S" for r in sleeper) > 0.5 * len(sleeper)
     assert all(r["wchan"] not in ("", "?") for r in sleeper)
     assert any(r["wchan"] != "0" for r in sleeper if r["state"] == "S")  # a real kernel function name
     spin = by_name["spin (x) y"]
@@ -596,11 +639,11 @@ def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
 
 def test_threads_sigterm_and_reaped_process(native: Path, tmp_path: Path):
     # SIGTERM: the current sample is finished, a stop line counts the samples
-    child = start_child(60)
+    child = start_child()
     try:
         out = tmp_path / "a.txt"
         p = start_sampler(native, out, "threads", child.pid, "--period-ms", "10")
-        time.sleep(0.5)
+        wait_samples(p, 20, reads_per_sample=10)
         assert stop(p) == 0
         _, recs, trailer = read_output(out)
         _, samples, _ = _stop_line(trailer)
@@ -611,11 +654,11 @@ def test_threads_sigterm_and_reaped_process(native: Path, tmp_path: Path):
         # the process is killed and reaped while sampled: exit line, exit 0
         out = tmp_path / "b.txt"
         p = start_sampler(native, out, "threads", child.pid)
-        time.sleep(0.2)
+        wait_samples(p, 1, reads_per_sample=10)
     finally:
         child.kill()
         child.wait()
-    assert p.wait(timeout=5) == 0
+    assert p.wait(timeout=60) == 0
     p.stdout.close()
     p.stderr.close()
     _, recs, trailer = read_output(out)
@@ -661,14 +704,17 @@ def test_threads_fake_tree_parsing_churn_and_zombie_exit(native: Path, tmp_path:
     _make_task(task, 4246, _fake_stat(4246, "runner", "R", 1, 2, 3), "schedule\n")
     out = tmp_path / "out.txt"
     p = start_sampler(native, out, "threads", 4242, "--period-ms", "10", "--root", tmp_path)
-    time.sleep(0.3)
+    wait_samples(p, 2, reads_per_sample=10)  # the first sample, of all five, is complete
     shutil.rmtree(task / "4243")  # a thread exits ...
     _make_task(task, 4250, _fake_stat(4250, "late", "S", 0, 1, 1), "futex_wait_queue\n")  # ... one starts
-    time.sleep(0.4)
+    # the task directory is rescanned every ~100 ms (10 samples at 10 ms) or after a failed read: 25 samples see it
+    wait_samples(p, 25, reads_per_sample=10)
     for tid in (4242, 4244, 4245, 4246, 4250):  # every thread a zombie: the process is gone
-        f = task / str(tid) / "stat"
-        f.write_text(re.sub(r"\) [SRD] ", ") Z ", f.read_text()))
-    assert p.wait(timeout=5) == 0
+        with open(task / str(tid) / "stat", "r+") as f:  # in place, same length: the sampler keeps its fd open
+            text = re.sub(r"\) [SRD] ", ") Z ", f.read())
+            f.seek(0)
+            f.write(text)
+    assert p.wait(timeout=60) == 0
     p.stdout.close()
     p.stderr.close()
 
@@ -689,7 +735,7 @@ def test_threads_fake_tree_parsing_churn_and_zombie_exit(native: Path, tmp_path:
     ]
     ts = sorted({r["t"] for r in rows})
     tids_at = {t: [r["tid"] for r in rows if r["t"] == t] for t in ts}
-    # the task directory is rescanned about every 100 ms: the churn shows up within a few samples
+    # the task directory is rescanned (after a failed read, and about every 100 ms): the churn shows up
     assert tids_at[ts[-1]] == [4242, 4244, 4245, 4246, 4250]
     gone = [t for t in ts if 4243 not in tids_at[t]]
     assert gone and all(4243 not in tids_at[t] for t in ts if t >= gone[0])

@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,9 @@ from harness.transport import TRANSPORTS, connect
 from harness.transport.adb import detached_command, shell_command
 from tests.adbserver import AdbServer, adb_unavailable, free_port
 from tests.fakeadbd import FakeAdbd
+from tests.helpers import wait_for
 
+# the tests that start the real adb server (the `adb_server` fixture) are marked slow one by one
 needs_adb = pytest.mark.skipif(adb_unavailable() is not None, reason=adb_unavailable() or "")
 
 
@@ -79,6 +79,7 @@ def test_no_adb_server_is_one_clear_error_and_starts_nothing(tmp_path: Path, mon
 
 
 @needs_adb
+@pytest.mark.slow
 def test_device_selection_errors(adb_server: AdbServer, phones: list[FakeAdbd]) -> None:
     a, b, locked = FakeAdbd(), FakeAdbd(), FakeAdbd(authorized=False)
     phones.extend([a, b, locked])
@@ -108,6 +109,7 @@ def test_device_selection_errors(adb_server: AdbServer, phones: list[FakeAdbd]) 
 
 
 @needs_adb
+@pytest.mark.slow
 def test_run_quotes_arguments_and_returns_the_exit_code(adb_server: AdbServer, phone: FakeAdbd,
                                                         tmp_path: Path) -> None:
     adb = connect(_target(adb_server.port))
@@ -131,6 +133,7 @@ def test_run_quotes_arguments_and_returns_the_exit_code(adb_server: AdbServer, p
 
 
 @needs_adb
+@pytest.mark.slow
 def test_put_and_get_files_and_trees(adb_server: AdbServer, phone: FakeAdbd, tmp_path: Path) -> None:
     adb = connect(_target(adb_server.port))
     src = tmp_path / "src"
@@ -155,44 +158,48 @@ def test_put_and_get_files_and_trees(adb_server: AdbServer, phone: FakeAdbd, tmp
 
 
 @needs_adb
+@pytest.mark.slow
 def test_detached_start_alive_and_signal(adb_server: AdbServer, phone: FakeAdbd, tmp_path: Path) -> None:
     adb = connect(_target(adb_server.port))
-    started = time.monotonic()
-    pid = adb.start_detached(["sh", "-c", "echo started; exec sleep 30"], cwd=str(tmp_path),
+    pid = adb.start_detached(["sh", "-c", "echo started; exec sleep 300"], cwd=str(tmp_path),
                              log=str(tmp_path / "logs" / "x.log"))
     try:
-        assert time.monotonic() - started < 10  # the shell returned; the process outlives it
-        assert adb.alive(pid)
+        assert adb.alive(pid)  # the shell returned; the process outlives it
     finally:
         adb.signal(pid)
-    subprocess.run(["sh", "-c", f"while kill -0 {pid} 2>/dev/null; do sleep 0.05; done"], timeout=10, check=False)
-    assert not adb.alive(pid)
+    wait_for(f"the detached process {pid} to be gone after its signal", lambda: not adb.alive(pid), timeout=60,
+             interval=0.1)
     assert (tmp_path / "logs" / "x.log").read_text() == "started\n"
 
 
 @needs_adb
+@pytest.mark.slow
 def test_a_phone_unplugged_mid_command_is_an_error_not_a_hang(adb_server: AdbServer, phone: FakeAdbd,
                                                               tmp_path: Path) -> None:
     adb = connect(_target(adb_server.port))
     marker = tmp_path / "running"
     outcome: dict[str, object] = {}
 
+    release = tmp_path / "release"
+
     def run() -> None:
-        try:
-            outcome["result"] = adb.run(["sh", "-c", f"touch {marker}; sleep 20"], timeout=60)
+        try:  # the command runs until the test releases it: only the unplugging can end the call early
+            outcome["result"] = adb.run(["sh", "-c", f"touch {marker}; while [ ! -e {release} ]; do sleep 0.05; done"],
+                                        timeout=120)
         except TargetError as exc:
             outcome["error"] = exc
 
-    worker = threading.Thread(target=run)
-    started = time.monotonic()
+    worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    deadline = time.monotonic() + 10
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    phone.stop()
-    worker.join(timeout=30)
-    assert not worker.is_alive() and time.monotonic() - started < 15
-    assert "adb shell failed" in str(outcome.get("error")), outcome
+    try:
+        wait_for("the command to start on the phone", marker.exists, timeout=60)
+        phone.stop()
+        worker.join(timeout=60)
+        # the call ended on the unplugging (the command was still running), with adb's error, not its own timeout
+        assert not worker.is_alive(), "adb.run still waiting 60 s after the phone was unplugged"
+        assert "adb shell failed" in str(outcome.get("error")), outcome
+    finally:
+        release.touch()
 
 
 def test_command_building() -> None:
@@ -203,6 +210,7 @@ def test_command_building() -> None:
 
 
 @needs_adb
+@pytest.mark.slow
 def test_a_phone_without_python_is_probed_with_its_shell(adb_server: AdbServer, phone: FakeAdbd, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace

@@ -8,7 +8,6 @@ import datetime
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +17,7 @@ from harness.parsers import ParseError, parse
 from runner import platform_collectors as pc
 from runner import probe
 from tests import fakeboard as fb
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, run_cli, wait_for
 
 LINUX = fb.DATA / "linux"
 COLLECT = """collect:
@@ -40,6 +39,7 @@ def _run(tmp_path: Path, collect: str, platform: str = "jetson", env: dict[str, 
     return done, results
 
 
+@pytest.mark.slow  # a campaign
 def test_tegrastats_and_sampled_files_land_in_tables(tmp_path: Path) -> None:
     root = fb.jetson_tree(tmp_path / "root")
     env = fb.jetson_env(root, fb.jetson_tools(tmp_path / "bin"))
@@ -195,11 +195,15 @@ except KeyboardInterrupt:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     proc = pc._process("powermetrics", {"period_ms": 1000}, str(tmp_path))
     proc.start()
-    # wait until the first sample is on disk, then stop (no time is asserted)
-    while b"Nominal" not in (tmp_path / "powermetrics.txt").read_bytes():
+    # wait until the first sample is on disk, then stop (no time is asserted); the fake's sleep(60) is only its
+    # "samples until interrupted" body: the SIGINT below ends it
+
+    def first_sample_written() -> bool:
         if proc.proc.poll() is not None:
             pytest.fail(proc.proc.stderr.read().decode())
-        time.sleep(0.01)
+        return b"Nominal" in (tmp_path / "powermetrics.txt").read_bytes()  # not created yet: OSError, "not yet"
+
+    wait_for("the first powermetrics sample in powermetrics.txt", first_sample_written, timeout=60, interval=0.01)
     assert proc.stop() is None
     rows = parse("powermetrics", (tmp_path / "powermetrics.txt").read_bytes())
     assert [r["power_combined_mw"] for r in rows] == [1172, 445]

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from harness.platforms import PLATFORMS
 from tests import fakeboard as fb
 from tests.helpers import run_cli
@@ -66,6 +68,7 @@ def test_a_slow_nvme_link_on_a_pc_is_a_failed_expectation(tmp_path: Path) -> Non
     assert "runs at 8.0 GT/s x2 (capable of 16.0 GT/s x4)" in result["message"]
 
 
+@pytest.mark.slow
 def test_a_linux_campaign_waits_on_the_hottest_zone_and_records_it(tmp_path: Path) -> None:
     root = pc_tree(tmp_path / "root")
     targets = fb.target_dir(tmp_path, "pc", "linux")

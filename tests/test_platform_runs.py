@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tests import fakeboard as fb
 from tests.helpers import run_cli
@@ -41,6 +42,7 @@ def _campaign(tmp_path: Path, expect: str, collect: str = "", **tree: object):  
     return done, sets, manifest
 
 
+@pytest.mark.slow
 def test_expectations_are_checked_around_every_run_and_the_gate_is_recorded(tmp_path: Path) -> None:
     done, sets, manifest = _campaign(tmp_path, "{power_mode: MAXN_SUPER, gui: off, tj_below_c: 60, "
                                                "mem_available_min: 3G}")
@@ -62,6 +64,7 @@ def test_expectations_are_checked_around_every_run_and_the_gate_is_recorded(tmp_
     assert all(r["ok"] for r in target["expectations_before"])
 
 
+@pytest.mark.slow
 def test_a_hot_board_that_does_not_cool_stops_the_campaign_before_the_run(tmp_path: Path) -> None:
     done, sets, manifest = _campaign(tmp_path, "{tj_below_c: 60, tj_wait_timeout_s: 0.3}", tj_millic=75000)
     assert done.returncode == 1
@@ -72,6 +75,7 @@ def test_a_hot_board_that_does_not_cool_stops_the_campaign_before_the_run(tmp_pa
     assert not (sets[0] / "raw" / "orin" / first["run_id"] / "run.json").exists()  # nothing ran
 
 
+@pytest.mark.slow
 def test_a_non_super_board_never_runs(tmp_path: Path) -> None:
     done, sets, _ = _campaign(tmp_path, "{power_mode: MAXN_SUPER}", gpu_table=fb.NON_SUPER_GPU_TABLE)
     assert done.returncode == 1
@@ -80,6 +84,7 @@ def test_a_non_super_board_never_runs(tmp_path: Path) -> None:
     assert not list(sets[0].rglob("run.json"))  # not a single run was measured on the wrong clocks
 
 
+@pytest.mark.slow
 def test_memory_that_is_not_given_back_stops_the_campaign(tmp_path: Path) -> None:
     done, sets, manifest = _campaign(tmp_path, "{mem_available_min: 6G, mem_wait_timeout_s: 0.3}")
     assert done.returncode == 1

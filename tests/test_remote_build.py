@@ -28,10 +28,25 @@ from harness.engines.llamacpp.remote import build_on_target
 from harness.engines.llamacpp.source import SourceSpec, prepare_source, sha256_file
 from harness.results.loader import load_result_set
 from harness.session import TargetSession, open_session
+from runner import cgroup
 from tests.helpers import python_or_skip, run_cli
 from tests.sshd import SshServer, sshd_unavailable
 
-pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
+# every test here talks to the real sshd and builds a CMake tree (or llama.cpp) on the "board"
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")]
+
+
+def cgroups_missing() -> str | None:
+    """Why emulation (cgroups, read_ahead_kb) cannot run on this machine, or None: test_emulate.py's gate (the
+    loopback board is this machine)."""
+    if os.geteuid() != 0:
+        return "cgroups and read_ahead_kb need root"
+    if "memory" not in cgroup.detect() or "io" not in cgroup.detect():
+        return "no writable cgroup memory and io controllers on this machine"
+    return None
+
+
+needs_cgroups = pytest.mark.skipif(cgroups_missing() is not None, reason=cgroups_missing() or "")
 
 MAIN_C = """#include <stdio.h>
 #include <string.h>
@@ -173,7 +188,8 @@ steps:
 """
 
 
-@pytest.mark.slow
+@needs_cgroups  # the experiment emulates a board (emulate:)
+@pytest.mark.timeout(2 * 3600 + 600)  # two campaigns of up to an hour each: the first builds llama.cpp on the board
 def test_campaign_builds_llamacpp_on_the_board_and_runs_it(sshd: SshServer, tmp_path: Path) -> None:
     sshd.write_target(tmp_path / "targets", "board", workdir=str(BOARD_CACHE))
     exp = tmp_path / "remote.yaml"
@@ -279,8 +295,21 @@ def test_two_boards_build_their_engines_at_the_same_time(sshd: SshServer, tmp_pa
     from harness.config.experiment import load_experiment
     from harness.plan import build_plan
 
-    slow = CMAKE + "add_custom_target(slow COMMAND sleep 6)\nadd_dependencies(llama-bench slow)\n"
-    tree = _tiny_tree(tmp_path / "slow", cmake=slow)
+    # each board's build checks in, then waits for the other board's build to check in too: built in turn, the
+    # first would give up (and fail its build) instead of finishing; then both hold on together for 3 s
+    rendezvous = tmp_path / "rendezvous"
+    rendezvous.mkdir()
+    meet = "add_custom_target(meet COMMAND sh ${CMAKE_SOURCE_DIR}/meet.sh)\nadd_dependencies(llama-bench meet)\n"
+    tree = _tiny_tree(tmp_path / "meet", cmake=CMAKE + meet)
+    (tree / "meet.sh").write_text(f"""touch {rendezvous}/build-$$
+i=0
+while [ "$(ls {rendezvous} | wc -l)" -lt 2 ]; do
+  i=$((i + 1))
+  if [ $i -gt 3000 ]; then echo "the other board's build never started" >&2; exit 1; fi
+  sleep 0.1
+done
+sleep 3
+""")
     workdirs = [f"/var/tmp/harness-ssh-tests/{uuid.uuid4().hex[:8]}" for _ in range(2)]
     for name, workdir in zip(("board-a", "board-b"), workdirs, strict=True):
         sshd.write_target(tmp_path / "targets", name, workdir=workdir)
@@ -300,7 +329,9 @@ def test_two_boards_build_their_engines_at_the_same_time(sshd: SshServer, tmp_pa
             end = datetime.fromisoformat(build["built_at"]).timestamp()
             windows.append((end - build["build_seconds"], end))
         (a_start, a_end), (b_start, b_end) = windows
-        assert min(a_end, b_end) - max(a_start, b_start) >= 2, windows  # overlapping by seconds, not in turn
+        # the recorded windows overlap by the 3 s held together (built_at has whole seconds)
+        assert min(a_end, b_end) - max(a_start, b_start) >= 1.5, windows
+        assert len(list(rendezvous.iterdir())) == 2  # one check-in per board build
         assert sessions[0].engines["llama.cpp"]["key"] == sessions[1].engines["llama.cpp"]["key"]
     finally:
         for session in sessions:

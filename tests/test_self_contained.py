@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO
 
 # What a path out of the repository looks like. Built from parts so this file does not match itself.
@@ -77,6 +79,7 @@ def _reads_captures(path: Path) -> bool:
     return "DATA" in text or "FIXTURES" in text or "tests/data" in text or "fakeboard" in text
 
 
+@pytest.mark.slow
 def test_capture_reading_tests_pass_from_a_copy_with_nothing_beside_it(tmp_path: Path) -> None:
     """Copy the tracked tree into an empty directory and run every test module that reads tests/data there
     (its quick tests: the slow ones start campaigns the rest of this suite runs from the checkout)."""

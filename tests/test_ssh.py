@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +18,11 @@ from harness.config.target import load_target
 from harness.errors import ConfigError, TargetError
 from harness.results.loader import load_result_set
 from harness.transport.ssh import SshTransport
-from tests.helpers import FILE_BYTES, SMALL, find_python, run_cli
+from tests.helpers import FILE_BYTES, SMALL, find_python, run_cli, wait_for
 from tests.sshd import SshServer, sshd_unavailable
 
 pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
+# every test here but the config check talks to the real sshd (the `sshd`/`board` fixtures): marked slow one by one
 
 
 @pytest.fixture()
@@ -53,6 +53,7 @@ def test_ssh_options_are_validated_with_line(tmp_path: Path) -> None:
         load_target(path)
 
 
+@pytest.mark.slow
 def test_arguments_reach_the_target_unchanged(board: Path) -> None:
     transport = _transport(board)
     try:
@@ -71,6 +72,7 @@ def test_arguments_reach_the_target_unchanged(board: Path) -> None:
         transport.close()
 
 
+@pytest.mark.slow
 def test_put_and_get_files_and_trees(board: Path, tmp_path: Path, workdir: str) -> None:
     src = tmp_path / "src"
     (src / "sub" / "deeper").mkdir(parents=True)
@@ -103,12 +105,14 @@ def test_put_and_get_files_and_trees(board: Path, tmp_path: Path, workdir: str) 
         transport.close()
 
 
+@pytest.mark.slow
 def test_detached_process_outlives_the_connection(board: Path, sshd: SshServer, workdir: str) -> None:
     transport = _transport(board)
     try:
-        # it waits for a file the test creates after the drop: no race with the reconnect
-        pid = transport.start_detached(["sh", "-c", f"while [ ! -e {workdir}/go ]; do sleep 0.05; done; echo finished"],
-                                       cwd="/", log=f"{workdir}/d/log")
+        # it waits for a file the test creates after the drop: no race with the reconnect (and gives up after
+        # ~5 min, so a failed test leaves nothing running)
+        waits = f"i=0; while [ ! -e {workdir}/go ] && [ $i -lt 6000 ]; do sleep 0.05; i=$((i + 1)); done; echo finished"
+        pid = transport.start_detached(["sh", "-c", waits], cwd="/", log=f"{workdir}/d/log")
         assert transport.alive(pid)
         # starting again with the same log (a retried start after a drop) returns the same process
         assert transport.start_detached(["sleep", "100"], cwd="/", log=f"{workdir}/d/log") == pid
@@ -116,18 +120,16 @@ def test_detached_process_outlives_the_connection(board: Path, sshd: SshServer, 
         assert transport.alive(pid)  # ... the transport reconnects, and the process still runs
         assert transport.reconnects >= 1
         transport.run(["touch", f"{workdir}/go"]).check()
-        while transport.alive(pid):
-            time.sleep(0.05)
+        wait_for("the detached process to finish once its go file exists", lambda: not transport.alive(pid))
         assert transport.read_file(f"{workdir}/d/log") == b"finished\n"
         victim = transport.start_detached(["sleep", "100"], cwd="/", log=f"{workdir}/e/log")
         transport.signal(victim, 9)
-        while transport.alive(victim):
-            time.sleep(0.05)
-        assert not transport.alive(victim)
+        wait_for("the signalled process to be gone", lambda: not transport.alive(victim))
     finally:
         transport.close()
 
 
+@pytest.mark.slow
 def test_unknown_host_key_is_refused_until_trusted(sshd: SshServer, tmp_path: Path, workdir: str) -> None:
     known = tmp_path / "empty_known_hosts"
     targets = tmp_path / "targets"
@@ -150,6 +152,7 @@ def test_unknown_host_key_is_refused_until_trusted(sshd: SshServer, tmp_path: Pa
     assert "python 3." in checked.stdout and "cmake" in checked.stdout  # what the board has to build with
 
 
+@pytest.mark.slow
 def test_check_says_when_a_board_cannot_run_the_runner(sshd: SshServer, tmp_path: Path, workdir: str) -> None:
     targets = tmp_path / "targets"
     sshd.write_target(targets, "nopython", workdir=workdir, extra="python: /nonexistent/python3\n")
@@ -165,6 +168,7 @@ def test_check_says_when_a_board_cannot_run_the_runner(sshd: SshServer, tmp_path
         assert f"oldpython: target oldpython: {old[0]} is Python {version}; the runner needs >= 3.8" in out
 
 
+@pytest.mark.slow
 def test_changed_host_key_is_always_an_error(sshd: SshServer, tmp_path: Path, workdir: str) -> None:
     from tests.sshd import keygen
 
@@ -189,6 +193,7 @@ def run_cli_keygen_fingerprint(pub: Path) -> str:
     return out.split()[1]
 
 
+@pytest.mark.slow
 def test_deploy_pushes_builds_and_then_skips(board: Path, workdir: str) -> None:
     first = run_cli("deploy", "board", "--targets-dir", str(board))
     assert first.returncode == 0, first.stderr
@@ -252,6 +257,7 @@ def test_campaign_over_ssh_gives_the_local_tables(board: Path, tmp_path: Path, w
         transport.close()
 
 
+@pytest.mark.slow
 def test_proxy_jump_goes_through_the_jump_host_with_its_key_verified(sshd: SshServer, tmp_path: Path,
                                                                      workdir: str) -> None:
     targets = tmp_path / "targets"
@@ -272,6 +278,7 @@ def test_proxy_jump_goes_through_the_jump_host_with_its_key_verified(sshd: SshSe
         _transport(targets, "behind")
 
 
+@pytest.mark.slow
 def test_unreachable_or_refused_targets_are_one_line_errors(sshd: SshServer, tmp_path: Path, workdir: str) -> None:
     from tests.sshd import free_port, keygen
 

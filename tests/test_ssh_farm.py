@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.results.loader import load_result_set
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, run_cli, wait_for
 from tests.sshd import NetnsBoard, SshServer, netns_unavailable, sshd_unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")]
@@ -91,18 +90,18 @@ def test_two_boards_run_in_parallel(sshd: SshServer, tmp_path: Path, workdirs) -
     _check_parallel_campaign(done, tmp_path / "results", ["board-a", "board-b"])
 
 
+def _run_statuses(proc: subprocess.Popen[str], results: Path) -> list[str]:
+    """The run statuses in the controller's manifest now; fails at once if the controller has exited. A manifest
+    not there yet, or caught mid-rewrite, raises OSError/ValueError: ``wait_for`` takes that as "not yet"."""
+    assert proc.poll() is None, proc.communicate()
+    (incomplete,) = results.glob("*.incomplete")
+    return [r["status"] for r in json.loads((incomplete / "manifest.json").read_text())["runs"]]
+
+
 def _wait_first_run_running(proc: subprocess.Popen[str], results: Path) -> None:
     """Until the controller's manifest says the first run is running on the board."""
-    while True:
-        assert proc.poll() is None, proc.communicate()
-        sets = list(results.glob("*.incomplete")) if results.exists() else []
-        try:
-            manifest = json.loads((sets[0] / "manifest.json").read_text()) if sets else None
-        except (OSError, ValueError):
-            manifest = None
-        if manifest and manifest["runs"][0]["status"] == "running":
-            return
-        time.sleep(0.05)
+    wait_for("the manifest to say the first run is running",
+             lambda: _run_statuses(proc, results)[0] == "running")
 
 
 @pytest.fixture()
@@ -150,17 +149,8 @@ def test_interrupted_campaign_is_finished_by_resume(sshd: SshServer, tmp_path: P
                              "other", "--targets-dir", str(targets), "--results", str(results)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        while True:  # until a run has finished on a board and the next one is running
-            assert proc.poll() is None, proc.communicate()
-            sets = list(results.glob("*.incomplete")) if results.exists() else []
-            if sets and (sets[0] / "manifest.json").exists():
-                try:
-                    statuses = [r["status"] for r in json.loads((sets[0] / "manifest.json").read_text())["runs"]]
-                except ValueError:
-                    continue
-                if "ok" in statuses and "running" in statuses:
-                    break
-            time.sleep(0.05)
+        wait_for("the manifest to show a finished run and a running one",
+                 lambda: {"ok", "running"} <= set(_run_statuses(proc, results)))
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -218,9 +208,13 @@ def test_pulled_cable_mid_run_is_survived(netns_pair: tuple[SshServer, NetnsBoar
         _wait_first_run_running(proc, results)
         subprocess.run(["ip", "link", "set", namespace.host_if, "down"], check=True)  # no RST, no FIN: silence
         down = True
-        while _connected_to(server.address, server.port):  # until the controller gives the dead link up ...
+        def link_given_up() -> bool:
             assert proc.poll() is None, proc.communicate()
-            time.sleep(0.2)
+            return not _connected_to(server.address, server.port)
+
+        # until the controller gives the dead link up ...
+        wait_for("the controller to give up its ssh connection over the dead link", link_given_up, timeout=300,
+                 interval=0.2)
         subprocess.run(["ip", "link", "set", namespace.host_if, "up"], check=True)  # ... and the cable is back
         down = False
         out, err = proc.communicate(timeout=300)

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from harness.config.target import load_targets
 from harness.plan import build_plan
 from harness.results.loader import load_result_set
 from harness.transport.ssh import SshTransport
-from tests.helpers import REPO
+from tests.helpers import REPO, wait_for
 from tests.sshd import SshServer, sshd_unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")]
@@ -56,18 +55,16 @@ def _start_campaign(tmp_path: Path, targets: Path, text: str = THREE_RUNS) -> su
 
 def _wait_for_run(results: Path, proc: subprocess.Popen[str], index: int) -> dict:
     """Block until run ``index`` of the set is running on the board; return the manifest."""
-    while proc.poll() is None:
-        sets = list(results.glob("*.incomplete")) if results.exists() else []
-        if sets and (sets[0] / "manifest.json").exists():
-            try:
-                manifest = json.loads((sets[0] / "manifest.json").read_text())
-            except ValueError:
-                continue  # caught mid-write
-            if manifest["runs"][index]["status"] == "running":
-                return manifest
-        time.sleep(0.05)
-    out, err = proc.communicate()
-    pytest.fail(f"the campaign ended before run {index} started: {out} {err}")
+
+    def running() -> dict | None:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the campaign ended before run {index} started: {out} {err}")
+        (incomplete,) = results.glob("*.incomplete")  # none yet: ValueError, "not yet"
+        manifest = json.loads((incomplete / "manifest.json").read_text())  # caught mid-write: ValueError too
+        return manifest if manifest["runs"][index]["status"] == "running" else None
+
+    return wait_for(f"the manifest to say run {index} is running", running)
 
 
 def _finish(proc: subprocess.Popen[str]) -> tuple[str, str]:

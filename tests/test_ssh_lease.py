@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from harness.errors import TargetError
 from harness.lease import acquire, break_lease, show
 from harness.transport.local import LocalTransport
 from harness.transport.ssh import SshTransport
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, run_cli, wait_for
 from tests.sshd import SshServer
 
 EXPERIMENT = "name: leased\nfiles:\n  data: {create: 1M}\nsteps:\n  - read: {file: data}\n"
@@ -47,6 +46,7 @@ def _take(workdir: str, campaign: str, **kwargs: object):  # noqa: ANN202
                    **kwargs)
 
 
+@pytest.mark.slow
 def test_second_campaign_fails_saying_who_holds_the_board(board: Path, tmp_path: Path, workdir: str) -> None:
     lease = _take(workdir, "first-campaign")
     try:
@@ -64,6 +64,7 @@ def test_second_campaign_fails_saying_who_holds_the_board(board: Path, tmp_path:
     assert not list(Path(workdir, ".lease").glob("holder.*"))  # answers are removed once read
 
 
+@pytest.mark.slow
 def test_second_campaign_waits_for_the_lease_then_runs(board: Path, tmp_path: Path, workdir: str) -> None:
     lease = _take(workdir, "first-campaign")
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(tmp_path / "exp.yaml"), "--target", "board",
@@ -72,10 +73,13 @@ def test_second_campaign_waits_for_the_lease_then_runs(board: Path, tmp_path: Pa
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
     reader.start()
+
+    def told_to_wait() -> bool:
+        assert proc.poll() is None, "".join(lines) + proc.stderr.read()  # type: ignore[union-attr]
+        return any("waiting up to" in line for line in lines)
+
     try:
-        while not any("waiting up to" in line for line in lines):  # the second controller found the board taken
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
+        wait_for("the second controller to say it is waiting for the lease", told_to_wait)
         assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
         lease.release()
         proc.wait(timeout=300)
@@ -96,8 +100,8 @@ def test_expired_lease_is_taken_over_and_old_release_leaves_it(workdir: str) -> 
     first._stop.set()  # no more heartbeats ...
     os.kill(first.holder_pid, signal.SIGSTOP)  # ... and a holder that hangs instead of letting go
     try:
-        while not show(LocalTransport(), sys.executable, workdir).get("expired"):
-            time.sleep(0.1)
+        wait_for("the hung holder's lease to expire",
+                 lambda: show(LocalTransport(), sys.executable, workdir).get("expired"), interval=0.1)
         second = _take(workdir, "second", wait_s=0)
         try:
             state = show(LocalTransport(), sys.executable, workdir)
@@ -136,6 +140,7 @@ def test_lease_break_frees_a_held_board(board: Path, workdir: str) -> None:
     assert "no lease to break" in run_cli("lease", "break", "board", "--targets-dir", str(board)).stdout
 
 
+@pytest.mark.slow
 def test_lease_over_ssh_blocks_a_second_controller(sshd: SshServer, tmp_path: Path, workdir: str) -> None:
     targets = tmp_path / "targets"
     sshd.write_target(targets, "remote", workdir=workdir)
@@ -177,6 +182,7 @@ def test_a_campaign_is_told_when_its_lease_is_lost(workdir: str) -> None:
         lease.release()
 
 
+@pytest.mark.slow
 def test_the_local_machine_takes_no_lease_unless_asked(tmp_path: Path, workdir: str) -> None:
     from harness.config.target import load_target
 

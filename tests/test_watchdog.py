@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from harness.results.loader import load_result_set
 from tests.helpers import run_campaign
 
@@ -33,6 +35,7 @@ def _fio_processes(path: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # a campaign
 def test_a_run_past_its_time_limit_is_stopped_and_failed(tmp_path: Path) -> None:
     exp = tmp_path / "watchdog.yaml"
     exp.write_text(HANGS)
