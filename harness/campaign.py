@@ -21,7 +21,7 @@ from harness import emulation, stopping
 from harness.collectors import COLLECTORS, collector_configs
 from harness.collectors.platform import preflight as collector_preflight
 from harness.config.target import Target
-from harness.errors import ExpectationError, TargetError, ToolMissingError
+from harness.errors import ExpectationError, TargetError, ToolMissingError, UsageError
 from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.plan import Plan, PlannedRun
 from harness.platforms import runstate
@@ -108,6 +108,7 @@ class Campaign:
         writer.manifest["models"] = {name: info for name, (_path, info) in self.synth.items()}
         writer.manifest["matrix"] = {key: list(values) for key, values in self.experiment.matrix.items()}
         writer.manifest["baseline"] = self.experiment.baseline
+        writer.manifest["fio_policy"] = self.experiment.fio.model_dump()  # allow_exec: said here when it was on
         writer.save()
         return writer
 
@@ -337,8 +338,21 @@ class Campaign:
                 stopping.checkpoint("between-runs")
             self._check_expectations(session, writer, facts, "after")
         finally:
-            for path in created:
-                session.transport.run(["rm", "-f", path])
+            self._remove_created(session, created)
+
+    def _scratch(self, session: TargetSession) -> str:
+        return self.scratch or f"{session.workdir}/scratch/{self.set_id}"
+
+    def _remove_created(self, session: TargetSession, created: list[str]) -> None:
+        """Delete the data files this campaign created, each checked by the runner first: inside the scratch
+        directory and marked as this campaign's. Anything else is left alone and said."""
+        for path in created:
+            done = session.transport.run([session.python, "-m", "runner", "rmfile", path, "--owner", self.set_id,
+                                          "--inside", self._scratch(session)], cwd=session.runner_root)
+            if done.returncode != 0:
+                self.progress.message(f"{session.target.name}: {done.stderr.decode(errors='replace').strip()}")
+        if created and self.scratch is None:  # the default scratch dir is the harness's own: gone when empty
+            session.transport.run(["rmdir", self._scratch(session)])
 
     def _pull_finished(self, session: TargetSession, writer: ResultSetWriter, run: PlannedRun) -> bool:
         """A run a dead controller left running may have finished on the board (or still be running):
@@ -379,7 +393,7 @@ class Campaign:
     def _prepare_files(self, session: TargetSession,
                        writer: ResultSetWriter) -> tuple[dict[str, str], list[str]]:
         """Resolve named files on the target; create the ``create:`` ones in scratch."""
-        scratch = self.scratch or f"{session.workdir}/scratch/{self.set_id}"
+        scratch = self._scratch(session)
         files: dict[str, str] = {}
         created: list[str] = []
         records: dict[str, Any] = {}
@@ -397,7 +411,11 @@ class Campaign:
                 path = f"{scratch}/{name}.bin"
                 self.progress.message(f"{session.target.name}: creating {name} ({spec.create}) in {scratch}")
                 made = session.transport.run([session.python, "-m", "runner", "mkfile", path,
-                                              str(spec.create_bytes)], cwd=session.runner_root)
+                                              str(spec.create_bytes), "--owner", self.set_id],
+                                             cwd=session.runner_root)
+                if made.returncode == 3:  # a file there that the harness did not make: never overwritten
+                    raise UsageError(f"target {session.target.name}: "
+                                     f"{made.stderr.decode(errors='replace').strip().removeprefix('error: ')}")
                 if made.returncode != 0:
                     raise TargetError(f"target {session.target.name}: cannot create {path}: "
                                       f"{made.stderr.decode(errors='replace').strip()[-200:]}")

@@ -9,6 +9,7 @@ back to back inside a round.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,10 @@ class Plan:
         return sum(r.estimate_s for r in self.runs)
 
 
+# More cells than a lab could measure in a month; a larger matrix is a typo or a hostile file.
+MAX_MATRIX_CELLS = 10_000
+
+
 def matrix_cells(matrix: dict[str, list[Any]]) -> list[dict[str, Any]]:
     keys = list(matrix)
     return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(matrix[k] for k in keys))]
@@ -77,6 +82,10 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
     for key, values in exp.matrix.items():
         if not values:
             raise doc.error(("matrix", key), "the matrix expands to zero runs: this list is empty")
+    cells_asked = math.prod(len(values) for values in exp.matrix.values())
+    if cells_asked > MAX_MATRIX_CELLS:
+        raise doc.error(("matrix",), f"the matrix asks for {cells_asked} cells (the product of its lists); at most "
+                                     f"{MAX_MATRIX_CELLS} are planned: split the experiment")
     caches = ["cold", "warm"] if exp.cache == "both" else [exp.cache]
     files = exp.named_files()
     sizes = dict(file_sizes or {})
@@ -105,6 +114,9 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
         for params in matrix_cells(matrix):
             rendered = render(raw or {}, params, doc, loc)
             config = validate(step.Config, rendered, doc, loc)
+            refused = step.check(config, exp)
+            if refused:
+                raise doc.error(loc, refused)
             for name in step.files_read(config):
                 if name not in files:
                     known = ", ".join(files) or "none"

@@ -1,5 +1,5 @@
-"""``python3 -m runner run SPEC | probe [--file F]... [--block-device D] | mkfile PATH SIZE | sha256 PATH
-| engine build|check SPEC``."""
+"""``python3 -m runner run SPEC | probe [--file F]... [--block-device D] | mkfile PATH SIZE [--owner SET]
+| rmfile PATH --owner SET --inside DIR | sha256 PATH | engine build|check SPEC``."""
 
 import argparse
 import json
@@ -20,6 +20,11 @@ def main(argv=None):
     mk_p = sub.add_parser("mkfile", help="create an incompressible data file of SIZE bytes, synced to disk")
     mk_p.add_argument("path")
     mk_p.add_argument("size", type=int)
+    mk_p.add_argument("--owner", help="the campaign's set id: mark the file as its own (never overwrite another)")
+    rm_p = sub.add_parser("rmfile", help="delete a data file this campaign created, inside its scratch dir")
+    rm_p.add_argument("path")
+    rm_p.add_argument("--owner", required=True)
+    rm_p.add_argument("--inside", required=True, help="the scratch directory the file must be in")
     hash_p = sub.add_parser("sha256", help="print a file's sha256 (boards without sha256sum: macOS, old Android)")
     hash_p.add_argument("path")
     engine_p = sub.add_parser("engine", help="build an engine into the board's build cache (or check the cache)")
@@ -32,8 +37,18 @@ def main(argv=None):
     if args.command == "probe":
         print(json.dumps(probe.facts(args.file, args.block_device, args.tool), sort_keys=True))
         return 0
-    if args.command == "mkfile":
-        print(json.dumps(util.make_data_file(args.path, args.size)))
+    if args.command in ("mkfile", "rmfile"):
+        try:
+            if args.command == "mkfile":
+                print(json.dumps(util.make_data_file(args.path, args.size, owner=args.owner)))
+            else:
+                print(json.dumps({"removed": util.remove_data_file(args.path, args.owner, args.inside)}))
+        except util.NotOurs as exc:
+            print("error: %s" % exc, file=sys.stderr)
+            return 3
+        except OSError as exc:  # disk full, permission: one line, not a traceback
+            print("error: %s: %s" % (exc.filename or args.path, exc.strerror or exc), file=sys.stderr)
+            return 1
         return 0
     if args.command == "sha256":
         print(util.sha256_file(args.path))

@@ -10,6 +10,11 @@ class StepFailed(Exception):
 
 
 def _fio_value(key, value):
+    # one line per option: a line break, '=' or a bracket in a value would add options or sections (the
+    # controller refuses these; checked here again because this file is what fio executes)
+    text = str(value)
+    if any(ch in text for ch in "\n\r\x00=[]") or any(ch in key for ch in "\n\r\x00=[] "):
+        raise StepFailed("fio option %s=%r cannot be written into a job file" % (key, text))
     if isinstance(value, bool):
         return str(int(value))
     if key in ("runtime", "ramp_time") and isinstance(value, (int, float)):
@@ -28,7 +33,10 @@ def fio_jobfile(spec):
     for job in spec["jobs"]:
         options = dict(job)
         options.pop("readonly", None)  # a command-line switch in fio (--readonly), set in run_fio
-        lines.append("[%s]" % options.pop("name"))
+        name = str(options.pop("name"))
+        if any(ch in name for ch in "\n\r\x00=[]"):
+            raise StepFailed("fio job name %r cannot be written into a job file" % name)
+        lines.append("[%s]" % name)
         lines += ["%s=%s" % (key, _fio_value(key, value)) for key, value in options.items()]
         lines += ["stonewall", ""]
     return "\n".join(lines)

@@ -34,20 +34,67 @@ def tail(path, lines=20):
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def make_data_file(path, size):
-    """Incompressible data (so no layer can cheat), fsynced so DONTNEED can evict every page."""
+OWNER_SUFFIX = ".harness-owner"
+
+
+class NotOurs(Exception):
+    """A file the harness did not create: it is never overwritten or deleted."""
+
+
+def _owner(path):
+    try:
+        with open(path + OWNER_SUFFIX) as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def make_data_file(path, size, owner=None):
+    """Incompressible data (so no layer can cheat), fsynced so DONTNEED can evict every page.
+
+    With ``owner`` (the campaign's set id) the file is marked as that campaign's (PATH.harness-owner): an
+    existing file is overwritten only when the mark says it is the same campaign's (a resumed one), never a
+    file the harness did not make. A failed write (disk full) leaves no partial file behind."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if owner is not None:
+        if os.path.lexists(path) and _owner(path) != owner:
+            raise NotOurs("%s exists and the harness did not create it for this campaign: refusing to overwrite "
+                          "it (choose another --scratch or remove it)" % path)
+        with open(path + OWNER_SUFFIX, "w") as mark:
+            mark.write(owner + "\n")
     tmp = path + ".partial"
     written = 0
-    with open(tmp, "wb") as out:
-        while written < size:
-            block = os.urandom(min(CHUNK, size - written))
-            out.write(block)
-            written += len(block)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as out:
+            while written < size:
+                block = os.urandom(min(CHUNK, size - written))
+                out.write(block)
+                written += len(block)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if owner is not None and not os.path.exists(path) and os.path.exists(path + OWNER_SUFFIX):
+            os.unlink(path + OWNER_SUFFIX)
+        raise
     return {"path": path, "size_bytes": written}
+
+
+def remove_data_file(path, owner, inside):
+    """Delete a data file this campaign created: only when its real path is inside ``inside`` (the scratch
+    directory) and its mark names ``owner``; then the directory too if the harness made it and it is empty."""
+    real, root = os.path.realpath(path), os.path.realpath(inside)
+    if os.path.commonpath([real, root]) != root or real == root:
+        raise NotOurs("%s is outside the scratch directory %s: not deleted" % (path, inside))
+    if not os.path.lexists(path):
+        return False
+    if _owner(path) != owner:
+        raise NotOurs("%s was not created by this campaign: not deleted" % path)
+    os.unlink(path)
+    os.unlink(path + OWNER_SUFFIX)
+    return True
 
 
 def sha256_file(path):

@@ -76,6 +76,13 @@ class EngineSpec(StrictModel):
     patches: list[str] = Field(default_factory=list)
 
 
+class FioPolicy(StrictModel):
+    """What custom fio jobs may do. ``allow_exec``: options that run commands or write files (exec_prerun,
+    write_*_log, ...); off unless the experiment turns it on, and the manifest records it."""
+
+    allow_exec: bool = False
+
+
 class Experiment(StrictModel):
     name: Annotated[str, Field(pattern=_NAME.pattern)]
     description: str = ""
@@ -97,6 +104,7 @@ class Experiment(StrictModel):
     # the controller's watchdog: a runner without DONE this long after its start is stopped and the run
     # failed (default: the step's own timeout + RUN_SLACK_S for cache preparation and collectors)
     run_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    fio: FioPolicy = Field(default_factory=FioPolicy)
 
     @field_validator("matrix")
     @classmethod
@@ -147,6 +155,11 @@ def load_experiment(path: Path) -> LoadedExperiment:
     if not isinstance(doc.data, dict):
         raise doc.error((), "an experiment must be a mapping with name, steps, ...")
     experiment = validate(Experiment, doc.data, doc)
+    for name in experiment.files:
+        # a file name becomes <scratch>/<name>.bin: with '/' or '..' it would create (and delete) a file anywhere
+        if not _NAME.match(name) or ".." in name:
+            raise doc.error(("files", name), f"file name {name!r} is not a plain name (letters, digits, '_', '-', "
+                                             "'.'; no '/' or '..'): the harness creates it in its scratch directory")
     # Check every step and collector against its registry now, so a typo fails before any run.
     from harness.collectors import check_collectors
     from harness.steps import check_steps

@@ -6,6 +6,7 @@ an experiment needs. PyYAML's composed node tree carries the marks; we walk it o
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,40 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys (a silent overwrite hides typos)."""
 
 
-def _line_map(node: yaml.Node, loc: Loc, lines: dict[Loc, int], source: str) -> None:
+# A file this size is far beyond any experiment; above it the file is refused before it is parsed.
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_ENV = "HARNESS_MAX_YAML_BYTES"
+# How many values a document may hold once its aliases are expanded (an experiment has hundreds; an alias
+# bomb of nine anchors of nine aliases each has 9**9).
+MAX_EXPANDED_VALUES = 100_000
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many values ``node`` stands for with every alias expanded; each node is counted once (memo), so a
+    bomb costs as many steps as it has nodes, not as many as it expands to."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    memo[id(node)] = 1  # a recursive alias (a list that contains itself) counts once
+    if isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(item, memo) for item in node.value)
+    else:
+        size = 1
+    memo[id(node)] = size
+    return size
+
+
+def _line_map(node: yaml.Node, loc: Loc, lines: dict[Loc, int], source: str,
+              seen: set[int] | None = None) -> None:
+    """Lines of every key and item. An alias is the same node object as its anchor: its lines are the anchor's,
+    so a node is walked once (walking through aliases is what made an alias bomb take all memory)."""
+    seen = set() if seen is None else seen
     lines[loc] = node.start_mark.line + 1
+    if id(node) in seen:
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: set[Any] = set()
         for key_node, value_node in node.value:
@@ -31,12 +64,12 @@ def _line_map(node: yaml.Node, loc: Loc, lines: dict[Loc, int], source: str) -> 
                                   field=_dotted(loc + (key,)))
             seen.add(key)
             lines[loc + (key,)] = key_node.start_mark.line + 1
-            _line_map(value_node, loc + (key,), lines, source)
+            _line_map(value_node, loc + (key,), lines, source, seen)
             # the key's own line is more useful than the value's for "unknown key" errors
             lines[loc + (key,)] = key_node.start_mark.line + 1
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _line_map(item, loc + (index,), lines, source)
+            _line_map(item, loc + (index,), lines, source, seen)
 
 
 def _dotted(loc: Loc) -> str:
@@ -70,10 +103,25 @@ class YamlDoc:
         return ConfigError(message, file=self.source, line=self.line_of(loc), field=dotted(loc) or None)
 
 
+def _max_bytes(source: str) -> int:
+    raw = os.environ.get(MAX_YAML_ENV)
+    if not raw:
+        return MAX_YAML_BYTES
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{MAX_YAML_ENV}={raw!r} is not a number of bytes", file=source) from None
+
+
 def load_yaml(path: Path, *, display: str | None = None) -> YamlDoc:
     """Parse ``path``; any problem becomes a one-line ConfigError naming file and line."""
     source = display or str(path)
+    limit = _max_bytes(source)
     try:
+        size = path.stat().st_size
+        if size > limit:
+            raise ConfigError(f"the file is {size} bytes, more than the {limit} an experiment or target file may have "
+                              f"(raise it with {MAX_YAML_ENV}=BYTES if it really is that big)", file=source)
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError("file not found", file=source) from None
@@ -88,6 +136,11 @@ def load_yaml(path: Path, *, display: str | None = None) -> YamlDoc:
         raise ConfigError(f"malformed YAML: {problem}", file=source, line=line) from None
     if node is None:
         raise ConfigError("the file is empty", file=source, line=1)
+    expanded = _expanded_size(node, {})
+    if expanded > MAX_EXPANDED_VALUES:
+        raise ConfigError(f"the document expands to {expanded} values through its aliases (at most "
+                          f"{MAX_EXPANDED_VALUES}): an alias bomb, or anchors used far more than an experiment needs",
+                          file=source, line=1)
     lines: dict[Loc, int] = {}
     _line_map(node, (), lines, source)
     data = yaml.load(text, Loader=_Loader)  # noqa: S506 - SafeLoader subclass

@@ -25,6 +25,10 @@ class StepKind:
         """Named files (keys of the experiment's files) whose cache state the run controls."""
         return [config.file] if getattr(config, "file", None) else []
 
+    def check(self, config: Any, experiment: Any) -> str | None:
+        """What is wrong with a validated config in this experiment (a policy, not a type), or None."""
+        return None
+
     def estimate_s(self, config: Any, file_sizes: dict[str, int]) -> float:
         raise NotImplementedError
 

@@ -6,10 +6,11 @@ so decode-time device throughput can be placed against what the same file delive
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from harness.config.validate import StrictModel
 from harness.parsers import parse
@@ -27,15 +28,42 @@ LADDER = list(PRESETS)
 _OWNED = {"filename", "readonly", "allow_file_create", "invalidate", "output-format", "output", "write_iolog", "name"}
 
 
+# Options that run commands, write files, change system settings or point fio at other files. A custom job may
+# use them only when the experiment says ``fio: {allow_exec: true}`` (and the manifest records that it did).
+_UNSAFE = {"rw", "readwrite", "readonly", "filename", "directory", "opendir", "filename_format", "ioscheduler",
+           "unlink", "unlink_each_loop", "do_verify", "fill_device", "allow_mounted_write", "read_iolog",
+           "replay_redirect", "cgroup", "exitall_on_error", "pre_read"}
+_UNSAFE_PREFIXES = ("exec_", "write_", "trim", "verify", "create_")
+# An INI value is one line; '=' and brackets would start a new option or section (a value like
+# "64k\nexec_prerun=..." became a second option that fio ran as root).
+_INI_VALUE = re.compile(r"^[^\x00-\x1f=\[\]]*$")
+_INI_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")
+
+
+def _ini_value(value: Any) -> Any:
+    if isinstance(value, str) and not _INI_VALUE.match(value):
+        raise ValueError(f"{value!r} cannot be an fio option value (no line breaks, '=', '[' or ']')")
+    return value
+
+
+IniScalar = Annotated[str | int | float | bool, AfterValidator(_ini_value)]
+
+
 class FioJob(StrictModel):
-    name: str
+    name: Annotated[str, Field(pattern=_JOB_NAME.pattern)]
     rw: Literal["read", "randread"] = "randread"
-    bs: str | int = "64k"
+    bs: Annotated[str | int, AfterValidator(_ini_value)] = "64k"
     iodepth: Annotated[int, Field(ge=1)] = 1
     numjobs: Annotated[int, Field(ge=1)] = 1
     direct: bool = True
-    ioengine: str | None = None
-    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    ioengine: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")] | None = None
+    options: dict[Annotated[str, Field(pattern=_INI_KEY.pattern)], IniScalar] = Field(default_factory=dict)
+
+
+def unsafe_options(job: FioJob) -> list[str]:
+    """The options of a custom job that run commands, write, or reach beyond the named file."""
+    return sorted(k for k in job.options if k in _UNSAFE or k.startswith(_UNSAFE_PREFIXES))
 
 
 class FioConfig(StrictModel):
@@ -43,7 +71,7 @@ class FioConfig(StrictModel):
     jobs: list[str | FioJob] = Field(default_factory=lambda: list(LADDER), min_length=1)
     runtime_s: Annotated[float, Field(gt=0)] = 5.0
     ramp_s: Annotated[float, Field(ge=0)] = 0.0
-    ioengine: str = "libaio"
+    ioengine: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")] = "libaio"
     timeout_s: Annotated[float, Field(gt=0)] | None = None
 
 
@@ -69,6 +97,16 @@ class FioStep(StepKind):
     name = "fio"
     Config = FioConfig
     required_tools = ("fio",)
+
+    def check(self, config: FioConfig, experiment: Any) -> str | None:
+        if experiment.fio.allow_exec:
+            return None
+        for job in config.jobs:
+            unsafe = unsafe_options(job) if isinstance(job, FioJob) else []
+            if unsafe:
+                return (f"fio job {job.name!r}: {', '.join(unsafe)} can run commands, write files or reach other "
+                        "files; refused unless the experiment says fio: {allow_exec: true}")
+        return None
 
     def estimate_s(self, config: FioConfig, file_sizes: dict[str, int]) -> float:
         return len(config.jobs) * (config.runtime_s + config.ramp_s + 0.5) + 1.0
