@@ -108,6 +108,7 @@ class Campaign:
         writer.manifest["models"] = {name: info for name, (_path, info) in self.synth.items()}
         writer.manifest["matrix"] = {key: list(values) for key, values in self.experiment.matrix.items()}
         writer.manifest["baseline"] = self.experiment.baseline
+        writer.manifest["scratch"] = self.scratch  # --resume uses it again (None: the target's workdir)
         writer.manifest["fio_policy"] = self.experiment.fio.model_dump()  # allow_exec: said here when it was on
         writer.save()
         return writer
@@ -116,6 +117,7 @@ class Campaign:
         """Complete an incomplete set: runs that finished stay; missing, failed and interrupted ones run."""
         manifest = json.loads((path / "manifest.json").read_text())
         self.set_id = manifest["set_id"]
+        self.scratch = self.scratch or manifest.get("scratch")  # the original --scratch unless another is given
         self.keep = {(r["target"], r["run_id"]) for r in manifest["runs"] if r["status"] == "ok"}
         self.resumed_running = {(r["target"], r["run_id"]) for r in manifest["runs"] if r["status"] == "running"}
         sessions = self._preflight()
@@ -318,6 +320,8 @@ class Campaign:
         target = session.target
         self._local.target = target.name
         created: list[str] = []
+        if not [run for run in self.plan.runs if (target.name, run.run_id) not in self.keep]:
+            return  # a resumed set with nothing left here: no data files made, nothing probed again
         try:
             files, created = self._prepare_files(session, writer)
             facts = session.platform.probe(session, list(files.values()))

@@ -8,10 +8,13 @@ with a ``SOURCE.md`` saying where each came from.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -180,3 +183,63 @@ def live_processes_mentioning(text: str) -> list[str]:
         if text in cmdline:
             found.append(f"{pid}: {cmdline}")
     return found
+
+
+STOPPED = """\
+name: stopped
+files:
+  data: {{create: 8M}}
+rounds: 2
+collect: [blockstat, threads]
+steps:
+  - fio: {{file: data, jobs: [randread-64k-qd1], runtime_s: {runtime}}}
+"""
+
+
+class Controller:
+    """``harness run`` in its own process, paused at ``phase``; its stderr is read as it comes."""
+
+    def __init__(self, tmp_path: Path, phase: str, *, runtime_s: float = 1, ignore_sigint: bool = False,
+                 release: Path | None = None) -> None:
+        slow_only("runs a campaign")
+        self.exp = tmp_path / "stopped.yaml"
+        self.exp.write_text(STOPPED.format(runtime=runtime_s))
+        self.results = tmp_path / "results"
+        self.scratch = private_base() / f"scratch-{tmp_path.name}"
+        self.lines: list[str] = []
+
+        def start_as_a_background_job() -> None:  # what `cmd &` in a non-interactive shell does
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness", "run", str(self.exp), "--results", str(self.results),
+             "--scratch", str(self.scratch), "--targets-dir", str(private_targets_dir())],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "HARNESS_PAUSE_AT": phase, "COLUMNS": "200",
+                 **({"HARNESS_PAUSE_RELEASE": str(release)} if release else {})},
+            preexec_fn=start_as_a_background_job if ignore_sigint else None)
+        self.out: list[str] = []
+        self.readers = [threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True),
+                        threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True)]
+        for reader in self.readers:
+            reader.start()
+        wait_for(f"the controller to pause at {phase}", lambda: any(f"paused at {phase}" in x for x in self.lines),
+                 timeout=300)
+
+    def stop(self, signum: int | None) -> tuple[int, str, str]:
+        """Send ``signum`` (None: just wait) and collect the exit code, stdout and stderr."""
+        if signum is not None:
+            self.proc.send_signal(signum)
+        try:
+            self.proc.wait(timeout=120)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        for reader in self.readers:
+            reader.join(10)
+        return self.proc.returncode, "".join(self.out), "".join(self.lines)
+
+    def result_set(self) -> Path:
+        (path,) = list(self.results.iterdir())
+        json.loads((path / "manifest.json").read_text())  # valid JSON, whatever happened
+        return path

@@ -8,74 +8,15 @@ manifest is valid JSON, no process of the campaign is left, and --resume complet
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from harness.results.loader import load_result_set
-from tests.helpers import REPO, live_processes_mentioning, private_base, private_targets_dir, run_campaign, wait_for
+from tests.helpers import Controller, live_processes_mentioning, run_campaign
 
 pytestmark = pytest.mark.slow
-
-EXPERIMENT = """\
-name: stopped
-files:
-  data: {{create: 8M}}
-rounds: 2
-collect: [blockstat, threads]
-steps:
-  - fio: {{file: data, jobs: [randread-64k-qd1], runtime_s: {runtime}}}
-"""
-
-
-class Controller:
-    """``harness run`` in its own process, paused at ``phase``; its stderr is read as it comes."""
-
-    def __init__(self, tmp_path: Path, phase: str, *, runtime_s: float = 1, ignore_sigint: bool = False) -> None:
-        self.exp = tmp_path / "stopped.yaml"
-        self.exp.write_text(EXPERIMENT.format(runtime=runtime_s))
-        self.results = tmp_path / "results"
-        self.scratch = private_base() / f"scratch-{tmp_path.name}"
-        self.lines: list[str] = []
-
-        def start_as_a_background_job() -> None:  # what `cmd &` in a non-interactive shell does
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness", "run", str(self.exp), "--results", str(self.results),
-             "--scratch", str(self.scratch), "--targets-dir", str(private_targets_dir())],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "HARNESS_PAUSE_AT": phase, "COLUMNS": "200"},
-            preexec_fn=start_as_a_background_job if ignore_sigint else None)
-        self.out: list[str] = []
-        self.readers = [threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True),
-                        threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True)]
-        for reader in self.readers:
-            reader.start()
-        wait_for(f"the controller to pause at {phase}", lambda: any(f"paused at {phase}" in x for x in self.lines),
-                 timeout=300)
-
-    def stop(self, signum: int) -> tuple[int, str, str]:
-        self.proc.send_signal(signum)
-        try:
-            self.proc.wait(timeout=120)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-        for reader in self.readers:
-            reader.join(10)
-        return self.proc.returncode, "".join(self.out), "".join(self.lines)
-
-    def result_set(self) -> Path:
-        (path,) = list(self.results.iterdir())
-        json.loads((path / "manifest.json").read_text())  # valid JSON, whatever happened
-        return path
-
 
 def statuses(path: Path) -> list[str]:
     return [r["status"] for r in json.loads((path / "manifest.json").read_text())["runs"]]

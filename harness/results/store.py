@@ -91,12 +91,22 @@ class ResultSetWriter:
         return self.path / "raw" / target / run_id
 
     def finish(self, *, complete: bool) -> Path:
+        """End the set. A complete set is renamed to its final name first and says ``complete`` only once the
+        rename succeeded: a results directory that refuses the rename (read-only, immutable) leaves a set that
+        says ``incomplete`` and that ``--resume`` finishes."""
         self.manifest["ended"] = _iso_now()
+        if complete and self.path != self.final_path:
+            try:
+                os.replace(self.path, self.final_path)
+            except OSError as exc:
+                self.manifest["status"] = "incomplete"
+                self.save()
+                raise ResultSetError(f"{self.path}: every run is done but the set cannot be renamed to "
+                                     f"{self.final_path.name} ({exc.strerror}); fix the results directory, then "
+                                     f"finish it with: harness run --resume {self.set_id}") from None
+            self.path = self.final_path
         self.manifest["status"] = "complete" if complete else "incomplete"
         self.save()
-        if complete:
-            os.replace(self.path, self.final_path)
-            self.path = self.final_path
         return self.path
 
 
