@@ -503,6 +503,7 @@ class Campaign:
             with stopping.deferred():  # a second Ctrl-C must not leave the runner running
                 self._stop_runner(session, remote_dir, pid)
                 emulation.repair(session, spec, self.progress.message)  # in case it had to be SIGKILLed
+                self._reap(session, run)
                 self._pull(session, writer, run, remote_dir, default_status="interrupted")
             raise
         except _RunOverdue:
@@ -511,12 +512,30 @@ class Campaign:
             self.progress.message(f"{target} {run.run_id}: no DONE after {limit_s:.0f} s: stopping the runner")
             self._stop_runner(session, remote_dir, pid, why="watchdog")
             emulation.repair(session, spec, self.progress.message)
+            self._reap(session, run)
             self._pull(session, writer, run, remote_dir, default_status="failed",
                        failure=f"the run did not finish within {limit_s:.0f} s (run_timeout_s) and was stopped")
             return
         if died:
             emulation.repair(session, spec, self.progress.message)  # read_ahead_kb, cgroup: restored now
+            self._reap(session, run)
         self._pull(session, writer, run, remote_dir, default_status="failed" if died else "unknown")
+
+    def _reap(self, session: TargetSession, run: PlannedRun) -> None:
+        """A runner that died or was killed could not stop what it started (fio's workers, samplers): stop every
+        process marked with this set's runs now, so nothing of it reads while the next run is measured."""
+        done = session.transport.run([session.python, "-m", "runner", "reap", self.set_id], cwd=session.runner_root)
+        try:
+            result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return
+        if result.get("stopped"):
+            names = ", ".join(sorted({p["comm"] for p in result["stopped"]}))
+            self.progress.message(f"{session.target.name} {run.run_id}: stopped {len(result['stopped'])} "
+                                  f"process(es) the run left running ({names})")
+        if result.get("left"):
+            self.progress.message(f"{session.target.name}: {len(result['left'])} process(es) of the set would not "
+                                  "die (uninterruptible I/O?); the next run records its entry state")
 
     def _run_limit_s(self, spec: dict[str, Any]) -> float:
         if self.experiment.run_timeout_s is not None:

@@ -99,16 +99,19 @@ RELEASE_ENV = "HARNESS_PAUSE_RELEASE"
 
 
 def checkpoint(phase: str) -> None:
-    """Named phases of a campaign (``preflight``, ``run``, ``pull``, ``between-runs``, ``tables``). With
-    ``HARNESS_PAUSE_AT=<phase>`` the controller says ``paused at <phase> (pid N)`` on stderr and waits there
-    until a stop signal arrives, so the tests can stop it in exactly that phase instead of guessing with
-    sleeps. With ``HARNESS_PAUSE_RELEASE=FILE`` it also goes on, without a stop, once FILE exists (a test changes
-    the world there, e.g. makes the results directory immutable). Without the variables this does nothing."""
-    if os.environ.get(PAUSE_ENV) != phase:
+    """Named phases of a campaign (``preflight``, ``run``, ``pull``, ``between-runs``, ``tables``).
+
+    With ``HARNESS_PAUSE_AT=<phase>[,<phase>...]`` the controller says ``paused at <phase> (pid N)`` on stderr
+    and waits there until a stop signal arrives, so the tests can stop it in exactly that phase instead of
+    guessing with sleeps. With ``HARNESS_PAUSE_RELEASE=FILE`` it also goes on, without a stop, once FILE exists
+    (a test changes the world there, e.g. kills a runner or makes the results directory immutable); the file is
+    taken (deleted) on release. Without the variables this does nothing."""
+    if phase not in os.environ.get(PAUSE_ENV, "").split(","):
         return
     print(f"paused at {phase} (pid {os.getpid()})", file=sys.stderr, flush=True)
     release = os.environ.get(RELEASE_ENV)
     while not pending():
         if release and os.path.exists(release):
+            os.unlink(release)  # taken: the next pause waits for a new one
             return
         time.sleep(0.02)  # outside a deferred section the signal raises from here

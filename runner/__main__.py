@@ -1,5 +1,6 @@
 """``python3 -m runner run SPEC | probe [--file F]... [--block-device D] | mkfile PATH SIZE [--owner SET]
-| rmfile PATH --owner SET --inside DIR | sha256 PATH | engine build|check SPEC``."""
+| rmfile PATH --owner SET --inside DIR | reap SET | sha256 PATH
+| engine build|check SPEC``."""
 
 import argparse
 import json
@@ -25,6 +26,8 @@ def main(argv=None):
     rm_p.add_argument("path")
     rm_p.add_argument("--owner", required=True)
     rm_p.add_argument("--inside", required=True, help="the scratch directory the file must be in")
+    reap_p = sub.add_parser("reap", help="stop every process an earlier run of SET left running (by its mark)")
+    reap_p.add_argument("set_id")
     hash_p = sub.add_parser("sha256", help="print a file's sha256 (boards without sha256sum: macOS, old Android)")
     hash_p.add_argument("path")
     engine_p = sub.add_parser("engine", help="build an engine into the board's build cache (or check the cache)")
@@ -49,6 +52,11 @@ def main(argv=None):
         except OSError as exc:  # disk full, permission: one line, not a traceback
             print("error: %s: %s" % (exc.filename or args.path, exc.strerror or exc), file=sys.stderr)
             return 1
+        return 0
+    if args.command == "reap":
+        from runner import reap
+
+        print(json.dumps(reap.reap(args.set_id)))
         return 0
     if args.command == "sha256":
         print(util.sha256_file(args.path))

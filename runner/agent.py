@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 
-from runner import RUNNER_VERSION, cache, emulate, probe
+from runner import RUNNER_VERSION, cache, emulate, probe, reap
 from runner.collectors import CollectorError, Collectors
 from runner.steps import STEPS, StepFailed
 from runner.util import now, tail, write_checksums, write_json
@@ -29,6 +29,33 @@ def _interrupt(signum, _frame):
 
 
 blockstat_line = probe.blockstat_line
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _inflight(device):
+    """Requests in flight on the device now (block stat field 9), or None."""
+    line = blockstat_line(device)
+    fields = line.split() if line else []
+    return int(fields[8]) if len(fields) > 8 else None
+
+
+def _settle(device, timeout_s=5.0):
+    """Wait (briefly) until the device has no request in flight: a run starts on an idle device."""
+    deadline = time.monotonic() + timeout_s
+    inflight = _inflight(device)
+    while inflight and time.monotonic() < deadline:
+        time.sleep(0.01)
+        inflight = _inflight(device)
+    return inflight
 
 
 def _exit_code(status):
@@ -106,19 +133,20 @@ class RunContext:
         return proc.returncode
 
     def kill(self, proc, grace_s=3.0):
-        """Stop a process group this run started: SIGTERM, then SIGKILL after a grace period."""
-        if proc.poll() is not None:
-            return
+        """Stop a process group this run started: SIGTERM, then SIGKILL after a grace period, until no process
+        of the group is left. The leader having exited is not enough: fio's workers stay in its group and went
+        on reading after fio itself was killed."""
         for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(proc.pid, signum)
             except ProcessLookupError:
                 return
-            try:
-                proc.wait(timeout=wait_s)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                proc.poll()  # reap the leader (a zombie leader keeps the group "alive")
+                if not _group_alive(proc.pid):
+                    return
+                time.sleep(0.01)
 
     def cleanup(self):
         for proc in self.processes:
@@ -134,6 +162,11 @@ def run(spec_path):
         spec = json.load(handle)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _interrupt)
+    # every process of this run (collectors, samplers, the step's) inherits the mark: what a killed run left is
+    # found by it (runner.reap) and stopped before the next run of the set is measured
+    mark = "%s/%s" % (spec.get("set_id", "?"), spec["run_id"])
+    os.environ[reap.MARK] = mark
+    strays = reap.reap(spec.get("set_id", "?"), keep_mark=mark)
 
     native_bin = spec.get("native_bin") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "bin")
     files = spec.get("cache_files", [])
@@ -143,6 +176,8 @@ def run(spec_path):
               "started": now()}
     device = probe.resolve_block_device(spec.get("block_device", "auto"), files)
     record["block_device"] = device
+    if strays["stopped"]:
+        record["strays_stopped"] = strays  # processes an earlier, killed run of this set left running
     collectors = Collectors(spec.get("collectors", []), native_bin, run_dir, device)
     emulation = emulate.Emulation(spec.get("emulate"), spec["run_id"], device)
     ctx = RunContext(spec, run_dir, collectors, emulation)
@@ -152,6 +187,8 @@ def run(spec_path):
             record["emulation_repaired"] = repaired
         record["emulation"] = emulation.setup()  # refuses (EmulationError) before anything runs
         record["entry_state"] = probe.entry_state()
+        # the device is idle when the run begins (a previous run's I/O would be measured as this one's)
+        record["entry_state"]["device_inflight"] = _settle(device)
         record["cache"] = cache.prepare(native_bin, spec["cache"], files)  # macOS cold: + "drop" (cleared or not)
         collectors.start_global()
         record["blockstat_before"] = blockstat_line(device)

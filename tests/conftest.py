@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import QUICK_TEST, SMALL, private_base, run_campaign
+from tests.helpers import QUICK_TEST, SMALL, STARTED, private_base, run_campaign
 from tests.sshd import SshServer, sshd_unavailable
 
 
@@ -26,6 +26,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     os.environ.pop(QUICK_TEST, None)
+    while STARTED:  # controllers a failed test left paused or running
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(scope="session", autouse=True)

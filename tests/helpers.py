@@ -185,6 +185,9 @@ def live_processes_mentioning(text: str) -> list[str]:
     return found
 
 
+# Controllers the tests started; conftest stops any still running when a test ends (a failed test leaves none).
+STARTED: list[subprocess.Popen[str]] = []
+
 STOPPED = """\
 name: stopped
 files:
@@ -223,8 +226,20 @@ class Controller:
                         threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True)]
         for reader in self.readers:
             reader.start()
-        wait_for(f"the controller to pause at {phase}", lambda: any(f"paused at {phase}" in x for x in self.lines),
-                 timeout=300)
+        STARTED.append(self.proc)
+        first = phase.split(",")[0]
+        try:
+            wait_for(f"the controller to pause at {first}", lambda: any(f"paused at {first}" in x for x in self.lines),
+                     timeout=300)
+        except BaseException:
+            self.proc.kill()  # a test that gives up leaves no controller behind
+            self.proc.wait()
+            raise
+
+    def release_at(self, phase: str, nth: int, release: Path) -> None:
+        """Wait for the ``nth`` pause at ``phase``, then let the controller go on (``release`` file)."""
+        wait_for(f"pause {nth} at {phase}", lambda: sum(f"paused at {phase}" in x for x in self.lines) >= nth, 300)
+        release.touch()
 
     def stop(self, signum: int | None) -> tuple[int, str, str]:
         """Send ``signum`` (None: just wait) and collect the exit code, stdout and stderr."""

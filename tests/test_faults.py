@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from harness.results.loader import load_result_set
+from runner import reap
 from tests.helpers import Controller, run_campaign, wait_for
 
 pytestmark = pytest.mark.slow
@@ -76,3 +79,40 @@ def test_resume_uses_the_original_scratch_and_makes_no_data_file_when_nothing_is
     assert "creating data" not in done.stdout
     assert sorted(p.name for p in ctl.scratch.iterdir()) == before
     wait_for("the resumed set to be complete", lambda: load_result_set(next(ctl.results.iterdir())).complete, 10)
+
+
+def _set_dir(ctl: Controller) -> Path:
+    return wait_for("the result set", lambda: next(ctl.results.glob("*.incomplete"), None), 60)
+
+
+@pytest.mark.parametrize("victim", ["runner", "fio"])
+def test_a_killed_run_leaves_nothing_reading_while_the_next_run_is_measured(tmp_path: Path, victim: str) -> None:
+    """SIGKILL the runner (or fio) mid-run: fio's workers used to go on reading for seconds, re-parented to init,
+    while the next run was measured; a sampler lived for ever. Now nothing of the run is left when it is
+    recorded, and the next run begins on an idle device."""
+    release = tmp_path / "go"
+    ctl = Controller(tmp_path, "run,between-runs", runtime_s=3, release=release)
+    set_dir = _set_dir(ctl)
+    manifest = json.loads((set_dir / "manifest.json").read_text())
+    set_id, runner_pid = manifest["set_id"], manifest["runs"][0]["runner_pid"]
+    release.touch()
+    fio = wait_for("fio reading in the first run",
+                   lambda: [pid for pid, comm, _ in reap.strays(set_id) if comm == "fio"], 60)
+    os.kill(runner_pid if victim == "runner" else min(fio), signal.SIGKILL)
+    wait_for("the first run to be recorded", lambda: any("paused at between-runs" in x for x in ctl.lines), 120)
+    # the first run is recorded: nothing it started may still be running
+    assert reap.strays(set_id) == []
+    release.touch()
+    ctl.release_at("run", 2, release)
+    ctl.release_at("between-runs", 2, release)
+    code, out, err = ctl.stop(None)
+    assert code == 1, out + err  # a failed run: exit 1, the set complete
+    (final,) = list(ctl.results.iterdir())
+    runs = json.loads((final / "manifest.json").read_text())["runs"]
+    assert [r["status"] for r in runs] == ["failed", "ok"]
+    if victim == "runner":
+        assert "runner died without DONE" in runs[0]["error"]
+        assert "process(es) the run left running" in " ".join(out.split())
+    second = json.loads(next((final / "raw" / "local").glob(f"{runs[1]['run_id']}/run.json")).read_text())
+    assert second["entry_state"]["device_inflight"] in (0, None)
+    assert "strays_stopped" not in second  # the controller had stopped them already

@@ -28,10 +28,16 @@ COLLECT = """collect:
   jtop: {optional: true}"""
 
 
-def _run(tmp_path: Path, collect: str, platform: str = "jetson", env: dict[str, str] | None = None):  # noqa: ANN202
+READ = "read: {file: data, pattern: seq}"
+# a step that lasts (fio's runtime) so that the collectors' own tools have started and written before it ends
+FIO_2S = "fio: {file: data, jobs: [randread-64k-qd1], runtime_s: 2}"
+
+
+def _run(tmp_path: Path, collect: str, platform: str = "jetson", env: dict[str, str] | None = None,  # noqa: ANN202
+         step: str = READ):
     exp = tmp_path / "col.yaml"
     exp.write_text(f"name: col\ntargets: [board]\nfiles:\n  data: {{create: 8M}}\ncache: none\n{collect}\n"
-                   "steps:\n  - read: {file: data, pattern: seq}\n")
+                   f"steps:\n  - {step}\n")
     targets = fb.target_dir(tmp_path, "board", platform)
     results = tmp_path / "results"
     done = run_cli("run", str(exp), "--targets-dir", str(targets), "--results", str(results),
@@ -43,7 +49,7 @@ def _run(tmp_path: Path, collect: str, platform: str = "jetson", env: dict[str, 
 def test_tegrastats_and_sampled_files_land_in_tables(tmp_path: Path) -> None:
     root = fb.jetson_tree(tmp_path / "root")
     env = fb.jetson_env(root, fb.jetson_tools(tmp_path / "bin"))
-    done, results = _run(tmp_path, COLLECT, env=env)
+    done, results = _run(tmp_path, COLLECT, env=env, step=FIO_2S)
     assert done.returncode == 0, done.stdout + done.stderr
     # optional collectors that cannot run are named with the reason, and the runs go on
     assert "collector psi unavailable" in done.stdout + done.stderr
