@@ -343,6 +343,8 @@ class Campaign:
             self._check_expectations(session, writer, facts, "after")
         finally:
             self._remove_created(session, created)
+            # pulled runs were removed one by one; the set's runs/ directory goes when empty (rmdir only)
+            session.transport.run(["rmdir", f"{session.workdir}/runs/{self.set_id}"])
 
     def _scratch(self, session: TargetSession) -> str:
         return self.scratch or f"{session.workdir}/scratch/{self.set_id}"

@@ -17,7 +17,7 @@ import pytest
 
 from harness.errors import ResultSetError
 from harness.results.loader import load_result_set
-from tests.helpers import FILE_BYTES, SMALL, live_processes_mentioning, run_campaign, run_cli
+from tests.helpers import FILE_BYTES, SMALL, live_processes_mentioning, private_base, run_campaign, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -105,6 +105,7 @@ def test_figures_are_non_empty_pngs(rs) -> None:  # noqa: ANN001
 def test_nothing_left_behind(rs, campaign: dict) -> None:  # noqa: ANN001
     assert not campaign["scratch"].exists() or not any(campaign["scratch"].rglob("*.bin"))
     assert live_processes_mentioning(rs.set_id) == []
+    assert not (private_base() / "work" / "runs" / rs.set_id).exists()  # run dirs pulled and removed, then theirs
 
 
 def test_results_commands(rs, campaign: dict) -> None:  # noqa: ANN001

@@ -182,13 +182,19 @@ def test_live_jtop_samples_parse_into_the_tegrastats_columns(serve, root: Path, 
     assert [r["t_ns"] for r in rows] == sorted(r["t_ns"] for r in rows)
 
 
-def _jetson_run(tmp_path: Path, root: Path, collect: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+READ = "read: {file: data, pattern: seq}"
+# a step that lasts (fio's runtime): the collectors sample it many periods over, and their tools have started
+FIO_2S = "fio: {file: data, jobs: [randread-64k-qd1], runtime_s: 2}"
+
+
+def _jetson_run(tmp_path: Path, root: Path, collect: str, step: str = READ,
+                ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """A whole `harness run` on a fake Jetson whose runner is this venv's Python (it has jetson-stats)."""
     fb.jetson_tree(root)
     env = fb.jetson_env(root, fb.jetson_tools(tmp_path / "bin"))
     exp = tmp_path / "jtop.yaml"
     exp.write_text(f"name: jtop\ntargets: [board]\nfiles:\n  data: {{create: 8M}}\ncache: none\n{collect}\n"
-                   "steps:\n  - read: {file: data, pattern: seq}\n")
+                   f"steps:\n  - {step}\n")
     targets = tmp_path / "targets"
     targets.mkdir()
     (targets / "board.yaml").write_text(f"platform: jetson\ntransport: local\nworkdir: {tmp_path / 'work'}\n"
@@ -202,7 +208,8 @@ def _jetson_run(tmp_path: Path, root: Path, collect: str) -> tuple[subprocess.Co
 @pytest.mark.slow
 def test_a_run_puts_jtop_and_tegrastats_rows_in_one_telemetry_table(serve, root: Path, tmp_path: Path) -> None:
     serve()
-    done, results = _jetson_run(tmp_path, root, "collect:\n  jtop: {period_ms: 100}\n  tegrastats: {period_ms: 100}")
+    done, results = _jetson_run(tmp_path, root, "collect:\n  jtop: {period_ms: 100}\n  tegrastats: {period_ms: 100}",
+                                step=FIO_2S)
     assert done.returncode == 0, done.stdout + done.stderr
     [rs] = list(results.iterdir())
     record = json.loads(next((rs / "raw").rglob("run.json")).read_text())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import typer
@@ -33,7 +35,22 @@ def show_cmd(name: str = typer.Argument(..., metavar="TARGET"), targets_dir: Pat
         console.print(f"{name}: free")
         return
     alive = "holder running" if state.get("holder_alive") else "holder NOT running (stale record)"
-    console.print(f"{name}: leased by {describe(lease, state['now'])}; {alive}", highlight=False)
+    controller = _controller_state(lease)
+    console.print(f"{name}: leased by {describe(lease, state['now'])}; {alive}{controller}", highlight=False)
+
+
+def _controller_state(lease: dict) -> str:
+    """Whether the controller that took the lease still runs, when it ran on this host (else we cannot tell)."""
+    if lease.get("host") != socket.gethostname() or not isinstance(lease.get("pid"), int):
+        return ""
+    try:
+        os.kill(lease["pid"], 0)
+    except ProcessLookupError:
+        return (f"; its controller (pid {lease['pid']} on this host) is NOT running: the lease lapses when it "
+                f"expires, or free it now with: harness lease break")
+    except PermissionError:
+        pass
+    return f"; its controller (pid {lease['pid']}) is running"
 
 
 @lease_app.command("break")
