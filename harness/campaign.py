@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import signal
 import threading
 import time
@@ -21,7 +22,7 @@ from harness import emulation, stopping
 from harness.collectors import COLLECTORS, collector_configs
 from harness.collectors.platform import preflight as collector_preflight
 from harness.config.target import Target
-from harness.errors import ExpectationError, TargetError, ToolMissingError, UsageError
+from harness.errors import ExpectationError, ResultSetError, TargetError, ToolMissingError, UsageError
 from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.plan import Plan, PlannedRun
 from harness.platforms import runstate
@@ -37,6 +38,10 @@ INTERRUPT_GRACE_S = 20.0
 # what a run may take beyond its step's own timeout (cache drop or prefetch of a big model, emulation set-up,
 # collectors starting and stopping) before the controller's watchdog stops it
 RUN_SLACK_S = 900.0
+# What a result set needs on the results disk, estimated before it starts: raw run directories (collector
+# samples at 5-10 ms, engine logs) measured here at 0.2-2 MB per run, tables and figures once.
+RESULTS_PER_RUN_BYTES = 4 << 20
+RESULTS_FIXED_BYTES = 16 << 20
 
 
 class Progress(Protocol):
@@ -86,6 +91,7 @@ class Campaign:
 
     # ------------------------------------------------------------------ whole campaign
     def run(self) -> CampaignResult:
+        self._check_results_space()
         sessions = self._preflight()
         try:
             stopping.checkpoint("preflight")
@@ -96,6 +102,18 @@ class Campaign:
                 session.close()
             raise
         return self._execute(sessions, writer)
+
+    def _check_results_space(self) -> None:
+        """Refuse a campaign the results disk cannot hold (an estimate: raw files, tables, figures)."""
+        runs = len(self.plan.runs) * len(self.targets)
+        needed = RESULTS_FIXED_BYTES + runs * RESULTS_PER_RUN_BYTES
+        where = self.results_dir
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        free = shutil.disk_usage(where).free
+        if free < needed:
+            raise ResultSetError(f"results disk full: {free / 1e6:.0f} MB free on {where}; this campaign writes "
+                                 f"about {needed / 1e6:.0f} MB ({runs} runs)")
 
     def _new_writer(self) -> ResultSetWriter:
         writer = ResultSetWriter(self.results_dir, self.set_id)
@@ -128,7 +146,7 @@ class Campaign:
 
     def _execute(self, sessions: list[TargetSession], writer: ResultSetWriter) -> CampaignResult:
         self._guard_writer(writer)
-        complete = interrupted = False
+        complete = interrupted = failed = False
         try:
             if len(sessions) == 1:
                 self._run_target(writer, sessions[0])
@@ -138,10 +156,19 @@ class Campaign:
         except KeyboardInterrupt:
             # the current runners were stopped and pulled in _run_one; keep everything done so far
             interrupted = True
+        except BaseException:
+            failed = True
+            raise
         finally:
             for session in sessions:
                 session.close()
-            result = self._finish(writer, complete)
+            try:
+                result = self._finish(writer, complete)
+            except Exception:
+                if not failed:
+                    raise
+                # the first error says what went wrong; finishing failed for the same reason (a full disk):
+                # the set stays incomplete with its last manifest, and --resume finishes it
         result.interrupted = interrupted or result.interrupted
         return result
 

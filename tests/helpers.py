@@ -203,11 +203,11 @@ class Controller:
     """``harness run`` in its own process, paused at ``phase``; its stderr is read as it comes."""
 
     def __init__(self, tmp_path: Path, phase: str, *, runtime_s: float = 1, ignore_sigint: bool = False,
-                 release: Path | None = None) -> None:
+                 release: Path | None = None, results: Path | None = None) -> None:
         slow_only("runs a campaign")
         self.exp = tmp_path / "stopped.yaml"
         self.exp.write_text(STOPPED.format(runtime=runtime_s))
-        self.results = tmp_path / "results"
+        self.results = results or tmp_path / "results"
         self.scratch = private_base() / f"scratch-{tmp_path.name}"
         self.lines: list[str] = []
 

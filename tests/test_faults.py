@@ -116,3 +116,53 @@ def test_a_killed_run_leaves_nothing_reading_while_the_next_run_is_measured(tmp_
     second = json.loads(next((final / "raw" / "local").glob(f"{runs[1]['run_id']}/run.json")).read_text())
     assert second["entry_state"]["device_inflight"] in (0, None)
     assert "strays_stopped" not in second  # the controller had stopped them already
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):  # noqa: ANN201
+    """A real 48 MiB tmpfs for the results; unmounted at the end."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_results_disk_too_small_is_refused_before_the_set_exists(tmp_path: Path, small_disk: Path) -> None:
+    (small_disk / "filler").write_bytes(b"\0" * (40 << 20))
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: full\nfiles:\n  data: {create: 1M}\nrounds: 2\nsteps:\n  - read: {file: data}\n")
+    done = run_campaign(str(exp), "--results", str(small_disk / "results"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "results disk full" in done.stderr and "this campaign writes" in done.stderr
+    assert not (small_disk / "results").exists() or not any((small_disk / "results").iterdir())
+
+
+def test_a_results_disk_that_fills_mid_campaign_is_one_line_and_resumable(tmp_path: Path, small_disk: Path) -> None:
+    release = tmp_path / "go"
+    ctl = Controller(tmp_path, "run", release=release, results=small_disk / "results")
+    filler = small_disk / "filler"
+    with open(filler, "wb") as out:  # fill the disk to the last byte while the first run runs
+        try:
+            while True:
+                out.write(b"\0" * (1 << 20))
+                out.flush()
+        except OSError:
+            pass
+    release.touch()
+    code, out, err = ctl.stop(None)
+    lines = [line for line in err.splitlines() if not line.startswith("paused at")]
+    assert code == 2 and len(lines) == 1 and "results disk full" in lines[0], out + err
+    (path,) = list((small_disk / "results").iterdir())
+    json.loads((path / "manifest.json").read_text())  # the last manifest written is whole
+    assert not list(path.rglob("*.tmp"))  # no half-written manifest or table left
+    filler.unlink()
+    done = run_campaign("--resume", path.name.removesuffix(".incomplete"), "--results", str(small_disk / "results"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (final,) = list((small_disk / "results").iterdir())
+    assert load_result_set(final).complete and len(load_result_set(final).table("runs")) == 2

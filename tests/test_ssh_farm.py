@@ -101,7 +101,7 @@ def _run_statuses(proc: subprocess.Popen[str], results: Path) -> list[str]:
 def _wait_first_run_running(proc: subprocess.Popen[str], results: Path) -> None:
     """Until the controller's manifest says the first run is running on the board."""
     wait_for("the manifest to say the first run is running",
-             lambda: _run_statuses(proc, results)[0] == "running")
+             lambda: _run_statuses(proc, results)[0] == "running", timeout=300)
 
 
 @pytest.fixture()
@@ -150,7 +150,7 @@ def test_interrupted_campaign_is_finished_by_resume(sshd: SshServer, tmp_path: P
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for("the manifest to show a finished run and a running one",
-                 lambda: {"ok", "running"} <= set(_run_statuses(proc, results)))
+                 lambda: {"ok", "running"} <= set(_run_statuses(proc, results)), timeout=300)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:

@@ -64,7 +64,7 @@ def _wait_for_run(results: Path, proc: subprocess.Popen[str], index: int) -> dic
         manifest = json.loads((incomplete / "manifest.json").read_text())  # caught mid-write: ValueError too
         return manifest if manifest["runs"][index]["status"] == "running" else None
 
-    return wait_for(f"the manifest to say run {index} is running", running)
+    return wait_for(f"the manifest to say run {index} is running", running, timeout=300)
 
 
 def _finish(proc: subprocess.Popen[str]) -> tuple[str, str]:

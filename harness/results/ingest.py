@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from harness.parsers import ParseError
 from harness.parsers.blockstat import delta as blockstat_delta
 from harness.parsers.blockstat import parse_snapshot
 from harness.results.cachestate import cache_drop_columns
+from harness.results.store import disk_error
 from harness.steps import STEPS
 
 Rows = list[dict[str, Any]]
@@ -76,7 +78,10 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
 def ingest_run(raw_dir: Path, planned: dict[str, Any]) -> dict[str, Rows]:
     """All table rows one run contributes."""
     record_path = raw_dir / "run.json"
-    record = json.loads(record_path.read_text()) if record_path.exists() else None
+    try:
+        record = json.loads(record_path.read_text()) if record_path.exists() else None
+    except ValueError:
+        record = None  # a pull cut short (a full disk): the run counts as not pulled; --resume pulls it again
     tables: dict[str, Rows] = {"runs": [run_row(planned, record)]}
     if record is None:
         return tables
@@ -130,6 +135,13 @@ def write_tables(set_path: Path, manifest: dict[str, Any]) -> dict[str, int]:
     out.mkdir(exist_ok=True)
     counts = {}
     for name, rows in tables.items():
-        _frame(rows).to_parquet(out / f"{name}.parquet", index=False)
+        # a temporary name, then the real one: a full disk never leaves a truncated table under its name
+        tmp = out / f".{name}.parquet.tmp"
+        try:
+            _frame(rows).to_parquet(tmp, index=False)
+            os.replace(tmp, out / f"{name}.parquet")
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise disk_error(exc, set_path) from None
         counts[name] = len(rows)
     return counts

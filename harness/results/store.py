@@ -7,10 +7,12 @@ An interrupted campaign therefore leaves a directory whose name and manifest bot
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -73,13 +75,23 @@ class ResultSetWriter:
             "files": {},
             "runs": plan,
         }
-        (self.path / "experiment.yaml").write_text(experiment_text, encoding="utf-8")
-        self.save()
+        try:
+            (self.path / "experiment.yaml").write_text(experiment_text, encoding="utf-8")
+            self.save()
+        except (OSError, ResultSetError):
+            # a set directory without its manifest could never be resumed: leave none
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise
 
     def save(self) -> None:
+        """Write the manifest whole or not at all: a full disk leaves the last one intact (and no .tmp)."""
         tmp = self.path / "manifest.json.tmp"
-        tmp.write_text(json.dumps(self.manifest, indent=1, sort_keys=False, default=str) + "\n")
-        os.replace(tmp, self.path / "manifest.json")
+        try:
+            tmp.write_text(json.dumps(self.manifest, indent=1, sort_keys=False, default=str) + "\n")
+            os.replace(tmp, self.path / "manifest.json")
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise disk_error(exc, self.path) from None
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         for run in self.manifest["runs"]:
@@ -108,6 +120,19 @@ class ResultSetWriter:
         self.manifest["status"] = "complete" if complete else "incomplete"
         self.save()
         return self.path
+
+
+def disk_error(exc: OSError, where: Path) -> Exception:
+    """ENOSPC (and EDQUOT) as one line with the free space; other OS errors unchanged."""
+    # pyarrow's errors carry the text but not always the errno
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT) and "No space left on device" not in str(exc):
+        return exc
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        free = 0
+    return ResultSetError(f"results disk full: {free / 1e6:.0f} MB free on {where}; free some space, then finish "
+                          f"the set with: harness run --resume {where.name.removesuffix(INCOMPLETE_SUFFIX)}")
 
 
 def _iso_now() -> str:
