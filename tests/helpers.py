@@ -258,3 +258,27 @@ class Controller:
         (path,) = list(self.results.iterdir())
         json.loads((path / "manifest.json").read_text())  # valid JSON, whatever happened
         return path
+
+
+def cgroups_missing() -> str | None:
+    """Why emulation (cgroups, read_ahead_kb) cannot run on this machine, or None: the one gate of every test
+    that runs ``emulate:`` for real."""
+    from runner import cgroup
+
+    if os.geteuid() != 0:
+        return "cgroups and read_ahead_kb need root"
+    if "memory" not in cgroup.detect() or "io" not in cgroup.detect():
+        return "no writable cgroup memory and io controllers on this machine"
+    return None
+
+
+def needs_cgroups():  # noqa: ANN201 - a pytest mark
+    """``@needs_cgroups()``: skip with the reason where the machine cannot emulate a board."""
+    import pytest
+
+    reason = cgroups_missing()
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+# Tests that build llama.cpp (or wait for a build a neighbour makes) may take far longer than the default timeout.
+BUILD_TIMEOUT_S = 3600

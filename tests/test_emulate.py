@@ -23,19 +23,9 @@ import pytest
 from runner import cgroup, emulate, probe
 from runner.util import make_data_file
 from tests.helpers import REPO, machine_lock, wait_for
+from tests.helpers import needs_cgroups as needs_cgroups_mark
 
-
-def cgroups_missing() -> str | None:
-    """Why emulation (cgroups, read_ahead_kb) cannot run on this machine, or None. The same gate is in every
-    module that runs ``emulate:`` for real (test_emulate_campaign.py, test_remote_build.py)."""
-    if os.geteuid() != 0:
-        return "cgroups and read_ahead_kb need root"
-    if "memory" not in cgroup.detect() or "io" not in cgroup.detect():
-        return "no writable cgroup memory and io controllers on this machine"
-    return None
-
-
-needs_cgroups = pytest.mark.skipif(cgroups_missing() is not None, reason=cgroups_missing() or "")
+needs_cgroups = needs_cgroups_mark()
 pytestmark = [pytest.mark.slow, needs_cgroups]
 
 MiB = 1 << 20

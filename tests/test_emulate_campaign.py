@@ -19,20 +19,12 @@ import pytest
 from harness.results.loader import load_result_set
 from runner import cgroup, emulate, probe
 from tests.helpers import REPO, machine_lock, run_cli, wait_for
+from tests.helpers import needs_cgroups as needs_cgroups_mark
 
 MiB = 1 << 20
 
 
-def cgroups_missing() -> str | None:
-    """Why emulation (cgroups, read_ahead_kb) cannot run on this machine, or None: test_emulate.py's gate."""
-    if os.geteuid() != 0:
-        return "cgroups and read_ahead_kb need root"
-    if "memory" not in cgroup.detect() or "io" not in cgroup.detect():
-        return "no writable cgroup memory and io controllers on this machine"
-    return None
-
-
-needs_cgroups = pytest.mark.skipif(cgroups_missing() is not None, reason=cgroups_missing() or "")
+needs_cgroups = needs_cgroups_mark()
 
 
 def experiment(tmp_path: Path, emulate_block: str, matrix: str = "{}") -> Path:

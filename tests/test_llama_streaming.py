@@ -15,7 +15,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import BUILD_TIMEOUT_S, needs_cgroups, run_campaign
+
+# llama.cpp is built (or found built) and emulation needs cgroups
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BUILD_TIMEOUT_S), needs_cgroups()]
 
 EXPERIMENT = """\
 name: streaming
@@ -32,7 +35,7 @@ steps:
 def _campaign(tmp_path: Path, cache: str, emulate: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     exp = tmp_path / "streaming.yaml"
     exp.write_text(EXPERIMENT.format(cache=cache) + emulate)
-    done = run_cli("run", str(exp), "--results", str(tmp_path / "results"))
+    done = run_campaign(str(exp), "--results", str(tmp_path / "results"))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (result_set,) = (tmp_path / "results").iterdir()
     manifest = json.loads((result_set / "manifest.json").read_text())
@@ -68,7 +71,7 @@ def test_budget_too_small_is_a_failed_run_with_the_evidence(tmp_path: Path) -> N
                                                    "      health_timeout_s: 120\n      timeout_s: 180")
     assert "-lm, none" in text
     exp.write_text(text + "emulate: {memory: 16M}\n")
-    done = run_cli("run", str(exp), "--results", str(tmp_path / "results"))
+    done = run_campaign(str(exp), "--results", str(tmp_path / "results"))
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     (result_set,) = (tmp_path / "results").iterdir()
     (run_json,) = result_set.glob("raw/local/*/run.json")

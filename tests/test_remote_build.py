@@ -28,7 +28,7 @@ from harness.engines.llamacpp.remote import build_on_target
 from harness.engines.llamacpp.source import SourceSpec, prepare_source, sha256_file
 from harness.results.loader import load_result_set
 from harness.session import TargetSession, open_session
-from runner import cgroup
+from tests.helpers import needs_cgroups as needs_cgroups_mark
 from tests.helpers import python_or_skip, run_cli
 from tests.sshd import SshServer, sshd_unavailable
 
@@ -36,17 +36,7 @@ from tests.sshd import SshServer, sshd_unavailable
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")]
 
 
-def cgroups_missing() -> str | None:
-    """Why emulation (cgroups, read_ahead_kb) cannot run on this machine, or None: test_emulate.py's gate (the
-    loopback board is this machine)."""
-    if os.geteuid() != 0:
-        return "cgroups and read_ahead_kb need root"
-    if "memory" not in cgroup.detect() or "io" not in cgroup.detect():
-        return "no writable cgroup memory and io controllers on this machine"
-    return None
-
-
-needs_cgroups = pytest.mark.skipif(cgroups_missing() is not None, reason=cgroups_missing() or "")
+needs_cgroups = needs_cgroups_mark()
 
 MAIN_C = """#include <stdio.h>
 #include <string.h>
