@@ -83,7 +83,11 @@ def _jtop_message(exc):
         return "jtop service: " + text
     if isinstance(exc, queue.Empty):
         return "jtop service: no answer to the client's request (is jtop.service hung?)"
-    if isinstance(exc, (EOFError, OSError)):
+    if isinstance(exc, (EOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+        # the service went away: depending on which of the client's calls noticed first this is the client's
+        # own JtopException or the socket's error; one message either way
+        return "jtop service: Lost connection with jtop server"
+    if isinstance(exc, OSError):
         return "jtop service: connection error (%s%s)" % (type(exc).__name__, ": " + text if text else "")
     return "jtop client: %s%s" % (type(exc).__name__, ": " + text if text else "")
 
