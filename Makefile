@@ -14,9 +14,9 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -ra
 
-# the edit loop: no campaign, build, sshd, adb or jtop (under a minute)
+# the edit loop: no campaign, build, sshd, adb or jtop, on two workers (under a minute here)
 test-fast: setup
-	$(BIN)/python -m pytest -q -ra -m "not slow"
+	$(BIN)/python -m pytest -q -ra -m "not slow" -n 2
 
 setup: system-deps venv native
 

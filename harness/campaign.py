@@ -26,7 +26,6 @@ from harness.errors import ExpectationError, ResultSetError, TargetError, ToolMi
 from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.plan import Plan, PlannedRun
 from harness.platforms import runstate
-from harness.results.ingest import write_tables
 from harness.results.store import ResultSetWriter, new_set_id
 from harness.session import TargetSession, open_session
 from harness.steps import STEPS
@@ -302,6 +301,8 @@ class Campaign:
         # Tables come from whatever runs finished, even after an interrupt; the set is renamed to
         # its final name only when complete. Figures and report are derived, so they come last.
         # a stop signal here waits until the tables and the manifest are written (and the set renamed)
+        from harness.results.ingest import write_tables  # pandas: loaded when tables are written, not at start
+
         with stopping.deferred(raise_after=False):
             stopping.checkpoint("tables")
             counts = write_tables(writer.path, writer.manifest)

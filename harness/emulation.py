@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import Field, field_validator
 
 from harness.config.template import render
@@ -20,6 +19,9 @@ from harness.config.validate import StrictModel, validate
 from harness.config.yamlsrc import YamlDoc
 from harness.errors import EmulationError, TargetError
 from harness.units import format_size, parse_size
+
+if TYPE_CHECKING:  # frames come from the figures and reports; the CLI's start needs no pandas
+    import pandas as pd
 
 # smaller than this and not even the runner's reader starts: a typo (64k for 64M), not a budget
 MIN_MEMORY_BYTES = 4 << 20
@@ -159,12 +161,16 @@ def emulation_columns(record: dict[str, Any] | None) -> dict[str, Any]:
 def _values(runs: pd.DataFrame, column: str, fmt: Callable[[Any], str]) -> str | None:
     if column not in runs:
         return None
+    import pandas as pd
+
     seen = list(dict.fromkeys(v for v in runs[column] if pd.notna(v)))
     return "|".join(fmt(v) for v in seen) if seen else None
 
 
 def emulation_note(runs: pd.DataFrame | None) -> str:
     """'emulated: memory 512.0 MiB · read_ahead_kb 8192|128' for the runs a figure was made from ('' if none)."""
+    import pandas as pd
+
     if runs is None or runs.empty or "emulated" not in runs:
         return ""
     runs = runs[runs["emulated"].fillna(False).astype(bool)]

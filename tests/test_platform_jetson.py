@@ -13,7 +13,7 @@ from harness.platforms import PLATFORMS
 from harness.platforms.jetson import enrich
 from runner import platform_probes, probe
 from tests import fakeboard as fb
-from tests.helpers import FIXTURES, python_or_skip, run_cli
+from tests.helpers import FIXTURES, REPO, python_or_skip, run_cli
 
 JETSON = fb.DATA / "jetson"
 
@@ -165,7 +165,7 @@ def test_the_runner_probe_runs_on_python_3_8(tmp_path: Path) -> None:
     py38 = str(python_or_skip("3.8"))
     root = fb.jetson_tree(tmp_path / "root")
     env = fb.jetson_env(root, fb.jetson_tools(tmp_path / "bin"))
-    done = subprocess.run([py38, "-m", "runner", "probe"], cwd=fb.REPO, capture_output=True, text=True, timeout=120,
+    done = subprocess.run([py38, "-m", "runner", "probe"], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**__import__("os").environ, **env}, check=False)
     assert done.returncode == 0, done.stderr
     facts = json.loads(done.stdout)
