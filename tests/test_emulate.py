@@ -138,7 +138,8 @@ def test_warm_under_a_budget_reads_the_host_cache_outside_it(workdir: Path, nati
     record = run_runner(spec)
     assert record["status"] == "ok", record["error"]
     assert record["cache"]["before"][0]["resident_pct"] >= 99.0
-    assert record["rusage"]["read"]["storage_read_bytes"] <= 0.01 * 256 * MiB  # no device I/O
+    # (almost) no device I/O: a busy machine may evict a few pages during the read; cold reads the whole file
+    assert record["rusage"]["read"]["storage_read_bytes"] <= 0.10 * 256 * MiB
     stats = record["emulation"]["stats"]
     assert stats["memory_peak_bytes"] <= 64 * MiB and stats["cache_bytes"] <= 8 * MiB  # none of it charged here
 
