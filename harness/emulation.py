@@ -109,7 +109,7 @@ def repair(session: Any, spec: dict[str, Any], say: Callable[[str], None]) -> No
         return
     try:
         done = session.transport.run([session.python, "-m", "runner.emulate", "repair"], cwd=session.runner_root,
-                                     timeout=60)
+                                     env={"HARNESS_EMULATE_DURABLE": f"{session.workdir}/state"}, timeout=60)
     except TargetError as exc:
         say(f"{session.target.name}: emulation repair failed ({exc}); the next run on it repairs")
         return

@@ -55,6 +55,24 @@ def state_dir():
     return "/run/harness" if os.path.isdir("/run") else os.path.join(tempfile.gettempdir(), "harness-state")
 
 
+DURABLE_ENV = "HARNESS_EMULATE_DURABLE"
+
+
+def _durable_path():
+    """A second copy of read_ahead_kb's original value in the workdir (the agent and the controller name it):
+    /run is cleared by a reboot, or by hand, and a lost copy there left the emulated value in place to be
+    recorded by later runs as the original."""
+    base = os.environ.get(DURABLE_ENV)
+    return os.path.join(base, "read_ahead.json") if base else None
+
+
+def _forget_state():
+    """read_ahead_kb is restored: drop both copies of its original."""
+    for path in (_state_path(), _durable_path()):
+        if path and os.path.exists(path):
+            os.remove(path)
+
+
 def _block(device, rel):
     return probe.ROOT + "/sys/block/%s/%s" % (device, rel)
 
@@ -205,8 +223,26 @@ def _repair_locked():
     if state.get("read_ahead"):
         done["read_ahead_kb_restored"] = _restore_read_ahead(state)
         done["read_ahead_kb_path"] = state["read_ahead"]["path"]
-    os.remove(_state_path())
+    _forget_state()
     return done
+
+
+def _repair_from_workdir_locked():
+    """With the lock held, when /run lost its copy: restore read_ahead_kb from the workdir's, and say what the
+    device had (the emulated value, or after a reboot the kernel's default) and what was restored."""
+    path = _durable_path()
+    state = _load(path) if path and os.path.exists(path) else None
+    if not state or not state.get("read_ahead") or _owner_alive(state):
+        return None
+    found = read(state["read_ahead"]["path"])
+    restored = _restore_read_ahead(state)
+    os.remove(path)
+    return {"from_run": state.get("run_id"), "from_pid": state.get("pid"), "source": "workdir",
+            "read_ahead_kb_path": state["read_ahead"]["path"], "read_ahead_kb_found": to_int(found),
+            "read_ahead_kb_restored": to_int(restored),
+            "note": "the state in %s was lost (reboot, or removed); read_ahead_kb was %s (the emulated value, or "
+                    "the kernel's default after a reboot) and is restored to the original %s kept in the workdir"
+                    % (state_dir(), found, restored)}
 
 
 def _repair_dead_runs():
@@ -241,11 +277,12 @@ def repair():
         runs = _repair_dead_runs()
         if runs:
             out["cgroups"] = runs
-        if os.path.exists(_state_path()):
+        durable = _durable_path()
+        if os.path.exists(_state_path()) or (durable and os.path.exists(durable)):
             fd = _lock(blocking=False)
             if fd is not None:
                 try:
-                    restored = _repair_locked()
+                    restored = _repair_locked() or _repair_from_workdir_locked()
                 finally:
                     _unlock(fd)
                 if restored:
@@ -280,7 +317,7 @@ class Emulation:
             # a machine-wide setting: one run at a time may change it (cgroups are per run, no lock)
             self.lock_fd = _lock(blocking=True)
             self.record["lock_wait_s"] = round(time.monotonic() - started, 3)
-            leftover = _repair_locked()  # a runner that died while we waited for its lock
+            leftover = _repair_locked() or _repair_from_workdir_locked()  # a runner that died before us
             if leftover:
                 self.record["repaired"] = leftover
             started = time.monotonic()
@@ -297,6 +334,9 @@ class Emulation:
             path = _block(self.device, "queue/read_ahead_kb")
             self.state["read_ahead"] = {"path": path, "original": read(path)}
             _save_state(dict(self.state, cgroups=[]), _state_path())
+            if _durable_path():
+                os.makedirs(os.path.dirname(_durable_path()), exist_ok=True)
+                _save_state(dict(self.state, cgroups=[]), _durable_path())
         self.record["backend"] = dict((r, v) for r, (v, _h) in plan.items())
         self.record["cgroups"] = dict(self.dirs)
         try:
@@ -389,7 +429,7 @@ class Emulation:
         if self.state.get("read_ahead"):
             try:
                 self.record["read_ahead_kb_restored"] = to_int(_restore_read_ahead(self.state))
-                os.remove(_state_path())
+                _forget_state()
             except OSError as exc:
                 errors.append("read_ahead_kb not restored: %s" % exc)
 

@@ -203,10 +203,11 @@ class Controller:
     """``harness run`` in its own process, paused at ``phase``; its stderr is read as it comes."""
 
     def __init__(self, tmp_path: Path, phase: str, *, runtime_s: float = 1, ignore_sigint: bool = False,
-                 release: Path | None = None, results: Path | None = None) -> None:
+                 release: Path | None = None, results: Path | None = None, extra_yaml: str = "",
+                 env: dict[str, str] | None = None) -> None:
         slow_only("runs a campaign")
         self.exp = tmp_path / "stopped.yaml"
-        self.exp.write_text(STOPPED.format(runtime=runtime_s))
+        self.exp.write_text(STOPPED.format(runtime=runtime_s) + extra_yaml)
         self.results = results or tmp_path / "results"
         self.scratch = private_base() / f"scratch-{tmp_path.name}"
         self.lines: list[str] = []
@@ -219,7 +220,7 @@ class Controller:
              "--scratch", str(self.scratch), "--targets-dir", str(private_targets_dir())],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "HARNESS_PAUSE_AT": phase, "COLUMNS": "200",
-                 **({"HARNESS_PAUSE_RELEASE": str(release)} if release else {})},
+                 **({"HARNESS_PAUSE_RELEASE": str(release)} if release else {}), **(env or {})},
             preexec_fn=start_as_a_background_job if ignore_sigint else None)
         self.out: list[str] = []
         self.readers = [threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True),

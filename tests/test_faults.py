@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.results.loader import load_result_set
-from runner import reap
-from tests.helpers import Controller, run_campaign, wait_for
+from runner import probe, reap
+from tests.helpers import Controller, machine_lock, needs_cgroups, private_base, run_campaign, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -166,3 +166,46 @@ def test_a_results_disk_that_fills_mid_campaign_is_one_line_and_resumable(tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     (final,) = list((small_disk / "results").iterdir())
     assert load_result_set(final).complete and len(load_result_set(final).table("runs")) == 2
+
+
+@needs_cgroups()
+def test_a_lost_run_state_does_not_make_the_emulated_read_ahead_the_original(tmp_path: Path) -> None:
+    """The runner is killed while read_ahead_kb is emulated, then /run/harness is emptied (what a reboot does):
+    the original kept in the workdir is restored, the message says what was found and what restored, and the
+    next run records the real original."""
+    state = private_base() / f"run-state-{tmp_path.name}"  # this test's own /run/harness
+    device = probe.block_device_of(str(private_base()))
+    if device is None:
+        pytest.skip(f"no block device under {private_base()}")
+    knob = Path(f"/sys/block/{device}/queue/read_ahead_kb")
+    original = int(knob.read_text())
+    emulated = 4096 if original != 4096 else 2048
+    release = tmp_path / "go"
+    with machine_lock():  # no other suite's emulated run may change read_ahead_kb meanwhile
+        ctl = Controller(tmp_path, "run", runtime_s=30, release=release,
+                         extra_yaml=f"emulate: {{read_ahead_kb: {emulated}}}\n",
+                         env={"HARNESS_EMULATE_STATE": str(state)})
+        try:
+            runner_pid = json.loads((_set_dir(ctl) / "manifest.json").read_text())["runs"][0]["runner_pid"]
+            release.touch()
+            wait_for("the runner to set the emulated read_ahead_kb", lambda: int(knob.read_text()) == emulated, 120)
+            wait_for("fio to be running", lambda: reap.strays(
+                json.loads((_set_dir(ctl) / "manifest.json").read_text())["set_id"]), 60)
+            os.kill(runner_pid, signal.SIGKILL)
+            shutil.rmtree(state)  # the "reboot": /run/harness is gone, with read_ahead_kb's original in it
+            ctl.release_at("run", 2, release)
+            code, out, err = ctl.stop(None)
+            after = int(knob.read_text())
+        finally:
+            if int(knob.read_text()) != original:
+                knob.write_text(str(original))
+    assert after == original
+    said = " ".join(out.split())
+    assert f"read_ahead_kb was {emulated}" in said and f"restored to the original {original} kept in the workdir" \
+        in said, out + err
+    assert code == 1, out + err
+    (final,) = list(ctl.results.iterdir())
+    runs = json.loads((final / "manifest.json").read_text())["runs"]
+    assert [r["status"] for r in runs] == ["failed", "ok"]
+    second = json.loads((final / "raw" / "local" / runs[1]["run_id"] / "run.json").read_text())
+    assert second["emulation"]["read_ahead_kb_original"] == original
