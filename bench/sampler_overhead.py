@@ -29,6 +29,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runner.probe import block_device_of  # noqa: E402  (the runner's own: the same device the runs record)
+
 NATIVE = ROOT / "runner" / "native"
 BIN = NATIVE / "bin"
 
@@ -103,14 +107,6 @@ int main(int argc, char **argv) {
 
 def run(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
-
-
-def block_device_of(path: Path) -> str:
-    st = os.stat(path)
-    dev = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}").resolve()
-    if (dev / "partition").exists():
-        dev = dev.parent
-    return dev.name
 
 
 def proc_cpu(pid: int) -> tuple[int, int]:

@@ -29,6 +29,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runner.probe import block_device_of  # noqa: E402
+from runner.util import make_data_file  # noqa: E402
+
 NATIVE = ROOT / "runner" / "native"
 BIN = NATIVE / "bin"
 MiB = 1 << 20
@@ -54,14 +59,6 @@ for t in (sleeper, spinner, lambda: waiter("waiter1"), lambda: waiter("waiter2")
 print("ready", flush=True)
 sys.stdin.readline()
 """
-
-
-def block_device_of(path: Path) -> str:
-    st = os.stat(path)
-    dev = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}").resolve()
-    if (dev / "partition").exists():
-        dev = dev.parent
-    return dev.name
 
 
 def system_busy_ticks() -> tuple[int, int]:
@@ -131,11 +128,7 @@ def main() -> int:
     rows: list[str] = []
     try:
         data = work / "data.bin"
-        with open(data, "wb") as f:
-            for _ in range(64):
-                f.write(os.urandom(MiB))
-            f.flush()
-            os.fsync(f.fileno())
+        make_data_file(str(data), 64 * MiB)  # incompressible, fsynced: DONTNEED can evict every page
         subprocess.run([str(BIN / "cachectl"), "drop", str(data)], check=True)
         dev = block_device_of(data)
 
