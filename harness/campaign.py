@@ -309,18 +309,18 @@ class Campaign:
             path = writer.finish(complete=complete)
         interrupted = stopping.take_pending()
         figures: list[Path] = []
-        try:
-            if interrupted:
-                raise KeyboardInterrupt
-            from harness.report import render_report
+        if not interrupted:
+            try:
+                from harness.report import render_report
 
-            figures = render_report(path)
-        except KeyboardInterrupt:
-            interrupted = True
+                figures = render_report(path)
+            except KeyboardInterrupt:
+                interrupted = True
+            except Exception as exc:  # noqa: BLE001 - the data is safe; say how to retry instead of failing
+                self.progress.message(f"figures/report failed ({exc}); retry with: harness report {path}")
+        if interrupted:
             self.progress.message(f"stopped ({stopping.name()}) before the figures; the tables are written; "
                                   f"draw them with: harness report {path}")
-        except Exception as exc:  # noqa: BLE001 - the data is safe; say how to retry instead of failing
-            self.progress.message(f"figures/report failed ({exc}); retry with: harness report {path}")
         statuses: dict[str, int] = {}
         for run in writer.manifest["runs"]:
             statuses[run["status"]] = statuses.get(run["status"], 0) + 1
@@ -348,7 +348,8 @@ class Campaign:
         target = session.target
         self._local.target = target.name
         created: list[str] = []
-        if not [run for run in self.plan.runs if (target.name, run.run_id) not in self.keep]:
+        todo = [run for run in self.plan.runs if (target.name, run.run_id) not in self.keep]
+        if not todo:
             return  # a resumed set with nothing left here: no data files made, nothing probed again
         try:
             files, created = self._prepare_files(session, writer)
@@ -356,7 +357,6 @@ class Campaign:
             self._record_target(writer, target.name, facts=facts, deployed=session.deployed,
                                 **({"engines": session.engines} if session.engines else {}))
             self._check_expectations(session, writer, facts, "before")
-            todo = [run for run in self.plan.runs if (target.name, run.run_id) not in self.keep]
             self.progress.target_started(target.name, len(todo))
             for run in todo:
                 if self._interrupt.is_set():
@@ -532,8 +532,7 @@ class Campaign:
                 raise
             with stopping.deferred():  # a second Ctrl-C must not leave the runner running
                 self._stop_runner(session, remote_dir, pid)
-                emulation.repair(session, spec, self.progress.message)  # in case it had to be SIGKILLed
-                self._reap(session, run)
+                self._undo_dead_runner(session, spec, run)  # in case it had to be SIGKILLed
                 self._pull(session, writer, run, remote_dir, default_status="interrupted")
             raise
         except _RunOverdue:
@@ -541,19 +540,19 @@ class Campaign:
             # what it wrote, fail the run and go on with the next one
             self.progress.message(f"{target} {run.run_id}: no DONE after {limit_s:.0f} s: stopping the runner")
             self._stop_runner(session, remote_dir, pid, why="watchdog")
-            emulation.repair(session, spec, self.progress.message)
-            self._reap(session, run)
+            self._undo_dead_runner(session, spec, run)
             self._pull(session, writer, run, remote_dir, default_status="failed",
                        failure=f"the run did not finish within {limit_s:.0f} s (run_timeout_s) and was stopped")
             return
         if died:
-            emulation.repair(session, spec, self.progress.message)  # read_ahead_kb, cgroup: restored now
-            self._reap(session, run)
+            self._undo_dead_runner(session, spec, run)
         self._pull(session, writer, run, remote_dir, default_status="failed" if died else "unknown")
 
-    def _reap(self, session: TargetSession, run: PlannedRun) -> None:
-        """A runner that died or was killed could not stop what it started (fio's workers, samplers): stop every
-        process marked with this set's runs now, so nothing of it reads while the next run is measured."""
+    def _undo_dead_runner(self, session: TargetSession, spec: dict[str, Any], run: PlannedRun) -> None:
+        """A runner that died or was killed could not clean up: restore what its emulation changed (read_ahead_kb,
+        cgroups) and stop every process marked with this set's runs, so nothing of it reads while the next run is
+        measured."""
+        emulation.repair(session, spec, self.progress.message)
         done = session.transport.run([session.python, "-m", "runner", "reap", self.set_id], cwd=session.runner_root)
         try:
             result = json.loads(done.stdout.decode().strip().splitlines()[-1])

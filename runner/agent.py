@@ -164,13 +164,14 @@ def run(spec_path):
         signal.signal(signum, _interrupt)
     # every process of this run (collectors, samplers, the step's) inherits the mark: what a killed run left is
     # found by it (runner.reap) and stopped before the next run of the set is measured
-    mark = "%s/%s" % (spec.get("set_id", "?"), spec["run_id"])
+    set_id = spec.get("set_id", "?")
+    mark = "%s/%s" % (set_id, spec["run_id"])
     os.environ[reap.MARK] = mark
     # <workdir>/runs/<set>/<run>: the workdir keeps a copy of what emulation changed, where a lost /run cannot
     # mislead (runner.emulate)
     workdir = os.path.dirname(os.path.dirname(os.path.dirname(run_dir)))
     os.environ.setdefault(emulate.DURABLE_ENV, os.path.join(workdir, "state"))
-    strays = reap.reap(spec.get("set_id", "?"), keep_mark=mark)
+    strays = reap.reap(set_id, keep_mark=mark)
 
     native_bin = spec.get("native_bin") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "bin")
     files = spec.get("cache_files", [])

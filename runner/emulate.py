@@ -178,7 +178,7 @@ def _run_state_path(pid):
 
 
 def _save_state(state, path):
-    os.makedirs(state_dir(), exist_ok=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as out:
         json.dump(state, out)
@@ -215,10 +215,11 @@ def _load(path):
 
 
 def _repair_locked():
-    """With the lock held: restore the read_ahead_kb a dead runner left changed."""
+    """With the lock held: restore the read_ahead_kb a dead runner left changed (from the workdir's copy when
+    the state in /run was lost)."""
     state = _load(_state_path())
     if state is None:
-        return None
+        return _repair_from_workdir_locked()
     done = {"from_run": state.get("run_id"), "from_pid": state.get("pid")}
     if state.get("read_ahead"):
         done["read_ahead_kb_restored"] = _restore_read_ahead(state)
@@ -282,7 +283,7 @@ def repair():
             fd = _lock(blocking=False)
             if fd is not None:
                 try:
-                    restored = _repair_locked() or _repair_from_workdir_locked()
+                    restored = _repair_locked()
                 finally:
                     _unlock(fd)
                 if restored:
@@ -317,7 +318,7 @@ class Emulation:
             # a machine-wide setting: one run at a time may change it (cgroups are per run, no lock)
             self.lock_fd = _lock(blocking=True)
             self.record["lock_wait_s"] = round(time.monotonic() - started, 3)
-            leftover = _repair_locked() or _repair_from_workdir_locked()  # a runner that died before us
+            leftover = _repair_locked()  # a runner that died before us
             if leftover:
                 self.record["repaired"] = leftover
             started = time.monotonic()
@@ -335,7 +336,6 @@ class Emulation:
             self.state["read_ahead"] = {"path": path, "original": read(path)}
             _save_state(dict(self.state, cgroups=[]), _state_path())
             if _durable_path():
-                os.makedirs(os.path.dirname(_durable_path()), exist_ok=True)
                 _save_state(dict(self.state, cgroups=[]), _durable_path())
         self.record["backend"] = dict((r, v) for r, (v, _h) in plan.items())
         self.record["cgroups"] = dict(self.dirs)

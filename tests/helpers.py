@@ -133,8 +133,7 @@ def find_python(version: str) -> Path | None:
     candidates: list[str] = []
     if os.environ.get(wanted):
         candidates.append(os.environ[wanted])
-    for argv in (["uv", "python", "find", "--no-project", version],):
-        candidates.append(_first_line(argv))
+    candidates.append(_first_line(["uv", "python", "find", "--no-project", version]))
     latest = _first_line(["pyenv", "latest", version])
     if latest:
         prefix = _first_line(["pyenv", "prefix", latest])
