@@ -22,7 +22,7 @@ from harness import emulation, stopping
 from harness.collectors import COLLECTORS, collector_configs
 from harness.collectors.platform import preflight as collector_preflight
 from harness.config.target import Target
-from harness.errors import ExpectationError, ResultSetError, TargetError, ToolMissingError, UsageError
+from harness.errors import DiskFullError, ExpectationError, ResultSetError, TargetError, ToolMissingError, UsageError
 from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.plan import Plan, PlannedRun
 from harness.platforms import runstate
@@ -41,6 +41,8 @@ RUN_SLACK_S = 900.0
 # samples at 5-10 ms, engine logs) measured here at 0.2-2 MB per run, tables and figures once.
 RESULTS_PER_RUN_BYTES = 4 << 20
 RESULTS_FIXED_BYTES = 16 << 20
+# a target's workdir holds one run's raw files until they are pulled (plus a margin for the runner's log)
+WORKDIR_MIN_FREE_BYTES = 2 * RESULTS_PER_RUN_BYTES
 
 
 class Progress(Protocol):
@@ -237,6 +239,7 @@ class Campaign:
                 facts = session.platform.probe(session, [], tools)
                 # a required collector that cannot run on this target stops here; optional ones are skipped
                 collector_preflight(target.name, self.collectors, facts, self.progress.message)
+                self._check_workdir_space(session)
                 missing = [tool for tool in tools if not facts.get(f"tool_{tool}")]
                 if missing:
                     raise ToolMissingError(f"target {target.name}: {', '.join(missing)} not installed "
@@ -256,6 +259,29 @@ class Campaign:
                 session.close()
             raise
         return sessions
+
+    def _workdir_free(self, session: TargetSession) -> tuple[str, int] | None:
+        """(mount point or nearest existing dir, free bytes) of the target's workdir; None when unknown."""
+        done = session.transport.run([session.python, "-m", "runner", "free", session.workdir],
+                                     cwd=session.runner_root)
+        try:
+            answer = json.loads(done.stdout.decode().strip().splitlines()[-1])
+            return str(answer["path"]), int(answer["free_bytes"])
+        except (ValueError, IndexError, KeyError, TypeError):
+            return None
+
+    def _workdir_full(self, session: TargetSession) -> DiskFullError | None:
+        """The one-line error when the target's workdir cannot take another run, else None."""
+        free = self._workdir_free(session)
+        if free is None or free[1] >= WORKDIR_MIN_FREE_BYTES:
+            return None
+        return DiskFullError(f"target {session.target.name}: workdir disk full: {free[1] / 1e6:.0f} MB free on "
+                             f"{free[0]}; a run writes up to about {RESULTS_PER_RUN_BYTES / 1e6:.0f} MB there")
+
+    def _check_workdir_space(self, session: TargetSession) -> None:
+        full = self._workdir_full(session)
+        if full is not None:
+            raise full
 
     def _prepare_engines_and_models(self) -> None:
         """Build the engines the steps use and synthesize models, once, cached across campaigns.
@@ -450,6 +476,10 @@ class Campaign:
                 if made.returncode == 3:  # a file there that the harness did not make: never overwritten
                     raise UsageError(f"target {session.target.name}: "
                                      f"{made.stderr.decode(errors='replace').strip().removeprefix('error: ')}")
+                if made.returncode == 4:  # no space: the set stays incomplete, and resumes once there is
+                    raise DiskFullError(f"target {session.target.name}: "
+                                        f"{made.stderr.decode(errors='replace').strip().removeprefix('error: ')}; "
+                                        f"free some space, then: harness run --resume {self.set_id}")
                 if made.returncode != 0:
                     raise TargetError(f"target {session.target.name}: cannot create {path}: "
                                       f"{made.stderr.decode(errors='replace').strip()[-200:]}")
@@ -515,7 +545,13 @@ class Campaign:
         self.progress.run_started(target, run)
         if self.keep or self.resumed_running:
             session.transport.run(["rm", "-rf", remote_dir])  # a resumed run starts clean
-        put_bytes(session.transport, json.dumps(spec, indent=1).encode(), f"{remote_dir}/spec.json")
+        try:
+            put_bytes(session.transport, json.dumps(spec, indent=1).encode(), f"{remote_dir}/spec.json")
+        except (OSError, TargetError) as exc:
+            full = self._workdir_full(session)
+            if full is None:
+                raise
+            raise DiskFullError(f"{full}; free some space, then: harness run --resume {self.set_id}") from exc
         limit_s = self._run_limit_s(spec)
         pid = None
         try:
@@ -627,12 +663,16 @@ class Campaign:
                 record, error = None, f"pull failed: {exc}"
                 if attempt < PULL_ATTEMPTS:
                     self.progress.message(f"{target} {run.run_id}: {error}; pulling again ({attempt}/{PULL_ATTEMPTS})")
+        full = None
         if record is not None:
             status, error = record["status"], record.get("error")
         elif error is None:
             log = local / "runner.log"
             tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
             error = "runner died without DONE" + (": " + " | ".join(tail) if tail else "")
+            full = self._workdir_full(session)  # a full workdir leaves the runner no place to say so
+            if full is not None:
+                error += f" ({str(full).removeprefix(f'target {target}: ')})"
         pulled = record is not None or not (error or "").startswith("pull failed")
         if not pulled:
             error = f"{error} (the run directory is kept on the target: {remote_dir})"
@@ -642,6 +682,8 @@ class Campaign:
         self.progress.run_finished(target, run, status, error)
         if pulled:
             session.transport.run(["rm", "-rf", remote_dir])
+        if full is not None:  # every later run would die the same way: stop here, resumable
+            raise DiskFullError(f"{full}; free some space, then: harness run --resume {self.set_id}")
 
 
 class _RunOverdue(Exception):

@@ -52,5 +52,10 @@ class ResultSetError(UsageError):
     """A result set is missing, incomplete where it must be complete, or of another schema."""
 
 
+class DiskFullError(UsageError):
+    """A disk the harness writes to (results, scratch, a board's workdir) is full: which, how much is free,
+    and how to go on."""
+
+
 class EmulationError(UsageError):
     """The machine does not allow the requested board emulation; the run is refused."""

@@ -1,8 +1,9 @@
 """``python3 -m runner run SPEC | probe [--file F]... [--block-device D] | mkfile PATH SIZE [--owner SET]
-| rmfile PATH --owner SET --inside DIR | reap SET | sha256 PATH
+| rmfile PATH --owner SET --inside DIR | free PATH | reap SET | sha256 PATH
 | engine build|check SPEC``."""
 
 import argparse
+import errno
 import json
 import sys
 
@@ -18,7 +19,8 @@ def main(argv=None):
     probe_p.add_argument("--file", action="append", default=[])
     probe_p.add_argument("--block-device", default="auto")
     probe_p.add_argument("--tool", action="append", default=[], help="report where this program is (or null)")
-    mk_p = sub.add_parser("mkfile", help="create an incompressible data file of SIZE bytes, synced to disk")
+    mk_p = sub.add_parser("mkfile", help="create an incompressible data file of SIZE bytes, synced to disk "
+                          "(exit 3: a file there is not ours; 4: no space)")
     mk_p.add_argument("path")
     mk_p.add_argument("size", type=int)
     mk_p.add_argument("--owner", help="the campaign's set id: mark the file as its own (never overwrite another)")
@@ -26,6 +28,8 @@ def main(argv=None):
     rm_p.add_argument("path")
     rm_p.add_argument("--owner", required=True)
     rm_p.add_argument("--inside", required=True, help="the scratch directory the file must be in")
+    free_p = sub.add_parser("free", help="print the free space of the file system holding PATH as JSON")
+    free_p.add_argument("path")
     reap_p = sub.add_parser("reap", help="stop every process an earlier run of SET left running (by its mark)")
     reap_p.add_argument("set_id")
     hash_p = sub.add_parser("sha256", help="print a file's sha256 (boards without sha256sum: macOS, old Android)")
@@ -51,7 +55,10 @@ def main(argv=None):
             return 3
         except OSError as exc:  # disk full, permission: one line, not a traceback
             print("error: %s: %s" % (exc.filename or args.path, exc.strerror or exc), file=sys.stderr)
-            return 1
+            return 4 if exc.errno in (errno.ENOSPC, errno.EDQUOT) else 1
+        return 0
+    if args.command == "free":
+        print(json.dumps(util.free_bytes(args.path)))
         return 0
     if args.command == "reap":
         from runner import reap

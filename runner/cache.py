@@ -51,8 +51,9 @@ def prepare(native_bin, condition, files):
     record; ``cleared: false`` with the reason when purge was not allowed or failed).
 
     DONTNEED skips pages that are dirty or mapped by someone; retrying a few times covers writeback
-    still in flight. A warm read is repeated up to three times for pages reclaimed meanwhile. A cold run that stays resident is refused rather than measured wrongly, unless
-    the cache could not be cleared at all: then it is measured and marked.
+    still in flight. A warm read is repeated up to three times for pages reclaimed meanwhile. A cold run
+    that stays resident is refused rather than measured wrongly, unless the cache could not be cleared at
+    all: then it is measured and marked.
     """
     files = list(files)
     out = {"condition": condition}

@@ -1,5 +1,6 @@
 """Small helpers shared by the runner's modules."""
 
+import errno
 import hashlib
 import json
 import os
@@ -49,6 +50,16 @@ def _owner(path):
         return None
 
 
+def free_bytes(path):
+    """Free space for an unprivileged writer on the file system holding ``path`` (or its nearest existing
+    parent): statvfs, the same on Linux, macOS and Android."""
+    where = os.path.abspath(path)
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    stat = os.statvfs(where)
+    return {"path": where, "free_bytes": stat.f_bavail * stat.f_frsize}
+
+
 def make_data_file(path, size, owner=None):
     """Incompressible data (so no layer can cheat), fsynced so DONTNEED can evict every page.
 
@@ -56,6 +67,12 @@ def make_data_file(path, size, owner=None):
     existing file is overwritten only when the mark says it is the same campaign's (a resumed one), never a
     file the harness did not make. A failed write (disk full) leaves no partial file behind."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    # refused before a byte is written: a disk that fills mid-file wastes minutes of urandom and the page cache
+    # (the new file is written beside an old one before it replaces it: the whole size must be free)
+    free = free_bytes(os.path.dirname(os.path.abspath(path)))["free_bytes"]
+    if size > free:
+        raise OSError(errno.ENOSPC, "scratch disk full: %.0f MB free on %s, %s needs %.0f MB"
+                      % (free / 1e6, os.path.dirname(os.path.abspath(path)), os.path.basename(path), size / 1e6))
     if owner is not None:
         if os.path.lexists(path) and _owner(path) != owner:
             raise NotOurs("%s exists and the harness did not create it for this campaign: refusing to overwrite "

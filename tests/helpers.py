@@ -192,7 +192,7 @@ name: stopped
 files:
   data: {{create: 8M}}
 rounds: 2
-collect: [blockstat, threads]
+collect: [{collect}]
 steps:
   - fio: {{file: data, jobs: [randread-64k-qd1], runtime_s: {runtime}}}
 """
@@ -203,12 +203,17 @@ class Controller:
 
     def __init__(self, tmp_path: Path, phase: str, *, runtime_s: float = 1, ignore_sigint: bool = False,
                  release: Path | None = None, results: Path | None = None, extra_yaml: str = "",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, targets_dir: Path | None = None,
+                 scratch: Path | None = None, collect: str = "blockstat, threads") -> None:
         slow_only("runs a campaign")
         self.exp = tmp_path / "stopped.yaml"
-        self.exp.write_text(STOPPED.format(runtime=runtime_s) + extra_yaml)
+        self.exp.write_text(STOPPED.format(runtime=runtime_s, collect=collect) + extra_yaml)
         self.results = results or tmp_path / "results"
-        self.scratch = private_base() / f"scratch-{tmp_path.name}"
+        self.scratch = scratch or private_base() / f"scratch-{tmp_path.name}"
+        # a file beside scratch that no fault may touch: checked when the controller has stopped
+        self.sentinel = self.scratch.parent / f"sentinel-{tmp_path.name}"
+        self.sentinel_bytes = os.urandom(4096)
+        self.sentinel.write_bytes(self.sentinel_bytes)
         self.lines: list[str] = []
 
         def start_as_a_background_job() -> None:  # what `cmd &` in a non-interactive shell does
@@ -216,7 +221,7 @@ class Controller:
 
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness", "run", str(self.exp), "--results", str(self.results),
-             "--scratch", str(self.scratch), "--targets-dir", str(private_targets_dir())],
+             "--scratch", str(self.scratch), "--targets-dir", str(targets_dir or private_targets_dir())],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "HARNESS_PAUSE_AT": phase, "COLUMNS": "200",
                  **({"HARNESS_PAUSE_RELEASE": str(release)} if release else {}), **(env or {})},
@@ -252,6 +257,8 @@ class Controller:
                 self.proc.kill()
         for reader in self.readers:
             reader.join(10)
+        assert self.sentinel.read_bytes() == self.sentinel_bytes, f"{self.sentinel} beside scratch was changed"
+        self.sentinel.unlink()
         return self.proc.returncode, "".join(self.out), "".join(self.lines)
 
     def result_set(self) -> Path:

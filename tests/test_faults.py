@@ -13,9 +13,9 @@ import pytest
 
 from harness.results.loader import load_result_set
 from runner import probe, reap
-from tests.helpers import Controller, machine_lock, needs_cgroups, private_base, run_campaign, wait_for
+from tests.helpers import Controller, machine_lock, needs_cgroups, private_base, run_campaign, run_cli, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fault]
 
 
 def _chattr(flag: str, path: Path) -> None:
@@ -118,9 +118,21 @@ def test_a_killed_run_leaves_nothing_reading_while_the_next_run_is_measured(tmp_
     assert "strays_stopped" not in second  # the controller had stopped them already
 
 
+def _fill(disk: Path) -> Path:
+    """Write zeros to ``disk`` until it is full, to the last byte; returns the file (unlink it to free the disk)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as out:  # unbuffered: nothing left to flush (and fail) at close
+        try:
+            while out.write(b"\0" * (1 << 20)):
+                pass
+        except OSError:
+            pass
+    return filler
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path):  # noqa: ANN201
-    """A real 48 MiB tmpfs for the results; unmounted at the end."""
+    """A real 48 MiB tmpfs (results, scratch or a target's workdir); unmounted at the end."""
     mount = tmp_path / "disk"
     mount.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True,
@@ -146,14 +158,7 @@ def test_a_results_disk_too_small_is_refused_before_the_set_exists(tmp_path: Pat
 def test_a_results_disk_that_fills_mid_campaign_is_one_line_and_resumable(tmp_path: Path, small_disk: Path) -> None:
     release = tmp_path / "go"
     ctl = Controller(tmp_path, "run", release=release, results=small_disk / "results")
-    filler = small_disk / "filler"
-    with open(filler, "wb") as out:  # fill the disk to the last byte while the first run runs
-        try:
-            while True:
-                out.write(b"\0" * (1 << 20))
-                out.flush()
-        except OSError:
-            pass
+    filler = _fill(small_disk)  # while the first run runs
     release.touch()
     code, out, err = ctl.stop(None)
     lines = [line for line in err.splitlines() if not line.startswith("paused at")]
@@ -166,6 +171,66 @@ def test_a_results_disk_that_fills_mid_campaign_is_one_line_and_resumable(tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     (final,) = list((small_disk / "results").iterdir())
     assert load_result_set(final).complete and len(load_result_set(final).table("runs")) == 2
+
+
+def test_a_full_scratch_disk_is_one_line_leaves_no_partial_file_and_resumes(tmp_path: Path,
+                                                                            small_disk: Path) -> None:
+    """The data file does not fit: refused before a byte is written (it used to be a traceback cut mid-token
+    and a 16 MB .partial), the set incomplete, and --resume makes it once space is free."""
+    scratch = small_disk / "scratch"
+    (small_disk / "keep").write_bytes(b"\0" * (44 << 20))  # 4 MB left; the experiment's file is 8 MB
+    release = tmp_path / "go"
+    ctl = Controller(tmp_path, "preflight", release=release, scratch=scratch, extra_yaml="cache: warm\n",
+                     collect="threads")  # a tmpfs has neither a cold cache nor a block device
+    release.touch()
+    code, out, err = ctl.stop(None)
+    lines = [line for line in err.splitlines() if not line.startswith("paused at")]
+    assert code == 2 and len(lines) == 1, out + err
+    assert "scratch disk full: 4 MB free on" in lines[0] and "data.bin needs 8 MB" in lines[0], lines[0]
+    assert "harness run --resume" in lines[0]
+    assert not list(small_disk.rglob("*.partial")) and not list(small_disk.rglob("data.bin*"))
+    (path,) = list(ctl.results.iterdir())
+    assert json.loads((path / "manifest.json").read_text())["status"] == "incomplete"
+    (small_disk / "keep").unlink()
+    done = run_campaign("--resume", path.name.removesuffix(".incomplete"), "--results", str(ctl.results))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (final,) = list(ctl.results.iterdir())
+    assert load_result_set(final).complete and len(load_result_set(final).table("runs")) == 2
+    assert not list(scratch.glob("data.bin*"))  # created in the set's scratch, removed at its end
+
+
+def test_a_full_workdir_on_the_target_names_the_cause_and_resumes(tmp_path: Path, small_disk: Path) -> None:
+    """The board's workdir fills while a runner runs: the runner cannot even write its log, so the controller
+    asks the board and says why; the campaign stops there (every later run would die the same way) with one
+    line and a set --resume finishes."""
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    (targets / "local.yaml").write_text(f"platform: linux\ntransport: local\nworkdir: {small_disk / 'work'}\n")
+    release = tmp_path / "go"
+    ctl = Controller(tmp_path, "run", runtime_s=3, release=release, targets_dir=targets)
+    filler = _fill(small_disk)
+    release.touch()
+    code, out, err = ctl.stop(None)
+    lines = [line for line in err.splitlines() if not line.startswith("paused at")]
+    assert code == 2 and len(lines) == 1, out + err
+    assert "target local: workdir disk full: 0 MB free on" in lines[0] and "harness run --resume" in lines[0]
+    (path,) = list(ctl.results.iterdir())
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["status"] == "incomplete"
+    first, second = manifest["runs"]
+    assert first["status"] == "failed" and "runner died without DONE (workdir disk full" in first["error"]
+    assert second["status"] == "pending"  # never started on a full disk
+    assert reap.strays(manifest["set_id"]) == []
+    # before the set exists, a full workdir is refused the same way
+    again = run_cli("run", str(ctl.exp), "--targets-dir", str(targets), "--results", str(tmp_path / "other"),
+                    "--scratch", str(ctl.scratch))
+    assert again.returncode == 2 and "workdir disk full" in again.stderr and not (tmp_path / "other").exists()
+    filler.unlink()
+    done = run_cli("run", "--resume", manifest["set_id"], "--results", str(ctl.results), "--targets-dir",
+                   str(targets))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (final,) = list(ctl.results.iterdir())
+    assert [r["status"] for r in json.loads((final / "manifest.json").read_text())["runs"]] == ["ok", "ok"]
 
 
 @needs_cgroups()

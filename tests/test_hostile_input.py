@@ -14,6 +14,8 @@ import pytest
 from runner import util
 from tests.helpers import REPO, private_base, run_campaign, run_cli
 
+pytestmark = pytest.mark.fault
+
 
 def one_line_exit_2(done: subprocess.CompletedProcess[str]) -> str:
     assert done.returncode == 2, done.stdout + done.stderr

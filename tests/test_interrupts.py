@@ -16,7 +16,7 @@ import pytest
 from harness.results.loader import load_result_set
 from tests.helpers import Controller, live_processes_mentioning, run_campaign
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fault]
 
 def statuses(path: Path) -> list[str]:
     return [r["status"] for r in json.loads((path / "manifest.json").read_text())["runs"]]

@@ -198,3 +198,27 @@ def test_the_local_machine_takes_no_lease_unless_asked(tmp_path: Path, workdir: 
         assert load_target(path).wants_lease is False
     finally:
         lease.release()
+
+
+def test_lease_show_says_when_the_holders_controller_is_dead(board: Path, workdir: str) -> None:
+    """A controller killed with SIGKILL cannot release its lease; the holder keeps it until it expires.
+    `lease show` says so, and how to free the board now."""
+    take = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from harness.lease import acquire; "
+            "from harness.transport.local import LocalTransport; "
+            f"acquire(LocalTransport(), target_name='board', python=sys.executable, workdir={workdir!r}, "
+            "campaign='killed'); print('taken', flush=True); time.sleep(600)")
+    controller = subprocess.Popen([sys.executable, "-c", take], stdout=subprocess.PIPE, text=True)
+    try:
+        assert controller.stdout is not None and controller.stdout.readline().strip() == "taken"
+        alive = run_cli("lease", "show", "board", "--targets-dir", str(board)).stdout
+        assert f"its controller (pid {controller.pid}) is running" in " ".join(alive.split())
+        controller.kill()
+        controller.wait()
+        shown = " ".join(run_cli("lease", "show", "board", "--targets-dir", str(board)).stdout.split())
+        assert "campaign killed" in shown and f"controller (pid {controller.pid} on this host) is NOT running" in shown
+        assert "harness lease break" in shown
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+        run_cli("lease", "break", "board", "--targets-dir", str(board))
+    assert show(LocalTransport(), sys.executable, workdir)["lease"] is None
