@@ -32,12 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.campaign import Campaign  # noqa: E402
+from harness.boards.deploy import deploy_runner  # noqa: E402
+from harness.boards.transports.ssh import SshTransport  # noqa: E402
+from harness.campaign.orchestrator import Campaign  # noqa: E402
+from harness.campaign.plan import build_plan  # noqa: E402
 from harness.config.experiment import load_experiment  # noqa: E402
 from harness.config.target import load_target  # noqa: E402
-from harness.deploy import deploy_runner  # noqa: E402
-from harness.plan import build_plan  # noqa: E402
-from harness.transport.ssh import SshTransport  # noqa: E402
 from tests.sshd import SshServer, sshd_unavailable  # noqa: E402
 
 EXPERIMENT = """\
@@ -86,10 +86,10 @@ def summary(values: list[float]) -> str:
 
 
 def engine_on_board(server: SshServer, targets: Path, workdir: str, repeats: int) -> None:
+    from harness.boards.prepare import BUILD_CACHE, _engine_inputs
+    from harness.boards.session import open_session
     from harness.config.experiment import EngineSpec
     from harness.engines.llamacpp.remote import build_on_target
-    from harness.prepare import BUILD_CACHE, _engine_inputs
-    from harness.session import open_session
 
     server.write_target(targets, "board", workdir=workdir)
     spec = EngineSpec()

@@ -11,7 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
-from harness import stopping
+from harness.campaign import stopping
 from harness.errors import HarnessError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,

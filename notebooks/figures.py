@@ -19,8 +19,8 @@
 import os
 from pathlib import Path
 
-from harness import plots
-from harness.report import fio_summary, read_summary, settings_line
+from harness.figures import storage as plots
+from harness.figures.report import fio_summary, read_summary, settings_line
 from harness.results.loader import list_result_sets, load_result_set
 
 chosen = os.environ.get("HARNESS_SET")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.campaign.plan import build_plan
 from harness.config.experiment import load_experiment
 from harness.config.target import load_target
 from harness.errors import ConfigError
-from harness.plan import build_plan
 from tests.helpers import run_cli
 
 GOOD = """\

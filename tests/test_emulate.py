@@ -34,7 +34,7 @@ BASE = Path("/var/tmp/harness-tests")  # a real disk, not tmpfs: cold reads must
 
 @pytest.fixture(scope="module")
 def native_bin() -> str:
-    from harness.session import build_native_here
+    from harness.boards.session import build_native_here
 
     return str(build_native_here())
 

@@ -1,7 +1,7 @@
 """A stop signal is never lost, whatever phase the campaign is in.
 
-The controller is paused at a named phase (HARNESS_PAUSE_AT, harness/stopping.py) and signalled there: no sleeps
-that hope to land in a phase. In every phase: the exit code is 128 + the signal, finished runs are kept, the
+The controller is paused at a named phase (HARNESS_PAUSE_AT, harness/campaign/stopping.py) and signalled there: no
+sleeps that hope to land in a phase. In every phase: the exit code is 128 + the signal, finished runs are kept, the
 manifest is valid JSON, no process of the campaign is left, and --resume completes what is missing.
 """
 

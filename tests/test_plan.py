@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.campaign.plan import build_plan
 from harness.config.experiment import load_experiment
-from harness.plan import build_plan
 
 EXP = """\
 name: order

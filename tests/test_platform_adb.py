@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.boards.transports import TRANSPORTS, connect
+from harness.boards.transports.adb import detached_command, shell_command
 from harness.config.target import Target
 from harness.errors import TargetError
-from harness.transport import TRANSPORTS, connect
-from harness.transport.adb import detached_command, shell_command
 from tests.adbserver import AdbServer, adb_unavailable, free_port
 from tests.fakeadbd import FakeAdbd
 from tests.helpers import wait_for
@@ -215,7 +215,7 @@ def test_a_phone_without_python_is_probed_with_its_shell(adb_server: AdbServer, 
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from harness.platforms import PLATFORMS
+    from harness.boards.platforms import PLATFORMS
     from tests import fakeboard as fb
 
     # the "phone" is this machine behind the real adb server, with a getprop replaying a real capture

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.boards.platforms import PLATFORMS
+from harness.boards.platforms.android import enrich
 from harness.parsers import ParseError, parse
-from harness.platforms import PLATFORMS
-from harness.platforms.android import enrich
 from tests import fakeboard as fb
 from tests.helpers import run_cli
 

@@ -3,10 +3,10 @@ and collectors exist for the platform it names, and it plans."""
 
 from __future__ import annotations
 
+from harness.boards.platforms import PLATFORMS
 from harness.collectors import COLLECTORS
 from harness.config.experiment import load_experiment
 from harness.config.target import load_targets
-from harness.platforms import PLATFORMS
 from tests.helpers import REPO, run_cli
 
 EXAMPLES = REPO / "targets" / "examples"

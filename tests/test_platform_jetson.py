@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.boards.platforms import PLATFORMS
+from harness.boards.platforms.jetson import enrich
 from harness.parsers import ParseError, parse
-from harness.platforms import PLATFORMS
-from harness.platforms.jetson import enrich
 from runner import platform_probes, probe
 from tests import fakeboard as fb
 from tests.helpers import FIXTURES, REPO, python_or_skip, run_cli

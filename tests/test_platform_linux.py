@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.platforms import PLATFORMS
+from harness.boards.platforms import PLATFORMS
 from tests import fakeboard as fb
 from tests.helpers import run_cli
 

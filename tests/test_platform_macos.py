@@ -16,14 +16,15 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from harness.boards.platforms import PLATFORMS
+from harness.boards.platforms.macos import enrich
+from harness.boards.session import build_native_here, open_session
+from harness.campaign import runstate
 from harness.config.target import load_targets
+from harness.figures.report import not_cleared_lines
 from harness.parsers import ParseError, parse
-from harness.platforms import PLATFORMS, runstate
-from harness.platforms.macos import enrich
-from harness.report import not_cleared_lines
 from harness.results.cachestate import cache_label
 from harness.results.ingest import run_row
-from harness.session import build_native_here, open_session
 from runner import cache, platform_probes
 from runner.llama import make_cold
 from tests import fakeboard as fb

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.boards.session import TargetSession, open_session
 from harness.config.target import load_target
 from harness.engines.errors import BuildError
 from harness.engines.llamacpp.build import BASE_CMAKE_FLAGS, cache_key, compiler_identity
 from harness.engines.llamacpp.remote import build_on_target
 from harness.engines.llamacpp.source import SourceSpec, prepare_source, sha256_file
 from harness.results.loader import load_result_set
-from harness.session import TargetSession, open_session
 from tests.helpers import needs_cgroups as needs_cgroups_mark
 from tests.helpers import python_or_skip, run_cli
 from tests.sshd import SshServer, sshd_unavailable
@@ -281,9 +281,9 @@ def test_two_boards_build_their_engines_at_the_same_time(sshd: SshServer, tmp_pa
     """The campaign's preflight builds on every board in parallel (a board build takes minutes)."""
     from datetime import datetime
 
-    from harness.campaign import Campaign
+    from harness.campaign.orchestrator import Campaign
+    from harness.campaign.plan import build_plan
     from harness.config.experiment import load_experiment
-    from harness.plan import build_plan
 
     # each board's build checks in, then waits for the other board's build to check in too: built in turn, the
     # first would give up (and fail its build) instead of finishing; then both hold on together for 3 s

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.boards.lease import acquire, break_lease, show
+from harness.boards.transports.local import LocalTransport
+from harness.boards.transports.ssh import SshTransport
 from harness.config.target import load_target
 from harness.errors import TargetError
-from harness.lease import acquire, break_lease, show
-from harness.transport.local import LocalTransport
-from harness.transport.ssh import SshTransport
 from tests.helpers import REPO, run_cli, wait_for
 from tests.sshd import SshServer
 
@@ -203,8 +203,8 @@ def test_the_local_machine_takes_no_lease_unless_asked(tmp_path: Path, workdir: 
 def test_lease_show_says_when_the_holders_controller_is_dead(board: Path, workdir: str) -> None:
     """A controller killed with SIGKILL cannot release its lease; the holder keeps it until it expires.
     `lease show` says so, and how to free the board now."""
-    take = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from harness.lease import acquire; "
-            "from harness.transport.local import LocalTransport; "
+    take = (f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from harness.boards.lease import acquire; "
+            "from harness.boards.transports.local import LocalTransport; "
             f"acquire(LocalTransport(), target_name='board', python=sys.executable, workdir={workdir!r}, "
             "campaign='killed'); print('taken', flush=True); time.sleep(600)")
     controller = subprocess.Popen([sys.executable, "-c", take], stdout=subprocess.PIPE, text=True)

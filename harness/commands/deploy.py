@@ -8,12 +8,12 @@ from typing import Any
 
 import typer
 
+from harness.boards.lease import DEFAULT_WAIT_S
+from harness.boards.prepare import build_engines, prepare_target
+from harness.boards.session import open_session
 from harness.commands.common import TargetsDirOpt, console
 from harness.config.experiment import load_experiment
 from harness.config.target import load_targets, select_targets
-from harness.lease import DEFAULT_WAIT_S
-from harness.prepare import build_engines, prepare_target
-from harness.session import open_session
 
 
 def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
@@ -53,8 +53,8 @@ def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
 
 def _experiment_needs(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, dict[str, Any]]], Path]:
     """The engines an experiment's steps use and its synthetic models (made here, cached)."""
-    from harness.plan import build_plan
-    from harness.prepare import engines_needed, synth_model
+    from harness.boards.prepare import engines_needed, synth_model
+    from harness.campaign.plan import build_plan
     from harness.steps import STEPS
 
     loaded = load_experiment(path)

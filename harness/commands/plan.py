@@ -7,10 +7,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from harness.campaign.plan import build_plan
 from harness.commands.common import TargetsDirOpt, console
 from harness.config.experiment import load_experiment
 from harness.config.target import load_targets, select_targets
-from harness.plan import build_plan
 
 
 def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),

@@ -15,10 +15,10 @@ import typer
 import yaml
 from rich.table import Table
 
+from harness.boards.platforms import PLATFORMS
 from harness.commands.common import TargetsDirOpt, console
 from harness.config.target import load_targets, select_targets
 from harness.errors import ExpectationError, UsageError
-from harness.platforms import PLATFORMS
 
 # Shown first in the table; everything else follows in name order (raw tool outputs last).
 HEADLINE = ("platform_detected", "board_model", "l4t_release", "power_mode_name", "power_mode_id", "gpu_table_max_hz",
@@ -45,7 +45,7 @@ def _value(value: Any) -> str:
 
 
 def _probe_one(chosen: Any, wanted: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
-    from harness.session import open_session
+    from harness.boards.session import open_session
 
     known = PLATFORMS[chosen.platform].expectations
     unknown = [name for name in wanted if name not in known]

@@ -13,7 +13,7 @@ from harness.results.loader import find_result_set
 def report(result_set: str = typer.Argument(..., metavar="SET", help="set id, unique part of it, or path"),
            results: Path = ResultsOpt) -> None:
     """Regenerate figures/ and report.md of a result set."""
-    from harness.report import render_report  # matplotlib: loaded only by the commands that draw
+    from harness.figures.report import render_report  # matplotlib: loaded only by the commands that draw
 
     path = find_result_set(result_set, results)
     for figure in render_report(path):

@@ -33,7 +33,7 @@ def list_sets(results: Path = ResultsOpt) -> None:
 
 def show(result_set: str = typer.Argument(..., metavar="SET"), results: Path = ResultsOpt) -> None:
     """Summary of one result set: status, runs, tables, figures."""
-    from harness.report import fio_summary, read_summary
+    from harness.figures.report import fio_summary, read_summary
 
     rs = load_result_set(find_result_set(result_set, results))
     m = rs.manifest

@@ -10,14 +10,13 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness import stopping
-from harness.campaign import Campaign, CampaignResult
+from harness.boards.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
+from harness.campaign.orchestrator import Campaign, CampaignResult, stopping
+from harness.campaign.plan import PlannedRun, build_plan
 from harness.commands.common import ResultsOpt, TargetsDirOpt, console, frame_table
 from harness.config.experiment import load_experiment
 from harness.config.target import load_targets, select_targets
 from harness.errors import UsageError
-from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
-from harness.plan import PlannedRun, build_plan
 from harness.results.loader import find_result_set, load_result_set
 
 
@@ -43,7 +42,7 @@ class RichProgress:
 
 
 def print_summary(result: CampaignResult) -> None:
-    from harness.report import bench_summary, fio_summary, not_cleared_lines, read_summary, request_summary
+    from harness.figures.report import bench_summary, fio_summary, not_cleared_lines, read_summary, request_summary
 
     rs = load_result_set(result.path)
     state = "complete" if result.complete else "INCOMPLETE"

@@ -53,7 +53,7 @@ _TOOLCHAIN = ('for t in ' + " ".join(BUILD_TOOLS) + '; do command -v "$t" >/dev/
 
 def _check(target: Target) -> tuple[str | None, str]:
     """(why the target cannot run campaigns, or None; what its toolchain lacks) in one round trip."""
-    from harness.transport import connect
+    from harness.boards.transports import connect
 
     try:
         transport = connect(target)
@@ -79,7 +79,7 @@ def _check(target: Target) -> tuple[str | None, str]:
 def trust(name: str = typer.Argument(..., help="target name"), targets_dir: Path = TargetsDirOpt,
           yes: bool = typer.Option(False, "--yes", "-y", help="accept without asking")) -> None:
     """Fetch an SSH target's host key, show its fingerprint, and add it to its known_hosts file."""
-    from harness.transport.ssh import add_known_host, fetch_host_key, fingerprint
+    from harness.boards.transports.ssh import add_known_host, fetch_host_key, fingerprint
 
     (target,) = select_targets([name], load_targets(targets_dir))
     if target.transport_kind != "ssh":

@@ -98,7 +98,7 @@ class Experiment(StrictModel):
     rounds: Annotated[int, Field(ge=1)] = 1
     cache: Literal["cold", "warm", "both", "none"] = "cold"
     collect: dict[str, dict[str, Any] | None] | list[str] = Field(default_factory=list)
-    # board emulation (harness.emulation): memory / I/O budget and read_ahead_kb; values may be templates
+    # board emulation (harness.emulation.controller): memory / I/O budget and read_ahead_kb; values may be templates
     emulate: dict[str, Any] | None = None
     steps: list[dict[str, Any]] = Field(min_length=1)
     # the controller's watchdog: a runner without DONE this long after its start is stopped and the run
@@ -166,7 +166,7 @@ def load_experiment(path: Path) -> LoadedExperiment:
 
     check_steps(experiment, doc)
     check_collectors(experiment, doc)
-    from harness.emulation import check_emulation
+    from harness.emulation.controller import check_emulation
 
     check_emulation(experiment, doc)
     return LoadedExperiment(experiment, doc, path, path.read_text(encoding="utf-8"))

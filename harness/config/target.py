@@ -52,9 +52,9 @@ def load_target(path: Path) -> Target:
         raise doc.error((), "a target must be a mapping with platform, transport, workdir, ...")
     data = {"name": path.stem, **doc.data}
     target = validate(Target, data, doc)
-    from harness.platforms import PLATFORMS
-    from harness.transport import TRANSPORTS
-    from harness.transport import ssh as _ssh  # noqa: F401  (registers the ssh transport)
+    from harness.boards.platforms import PLATFORMS
+    from harness.boards.transports import TRANSPORTS
+    from harness.boards.transports import ssh as _ssh  # noqa: F401  (registers the ssh transport)
 
     if target.platform not in PLATFORMS:
         raise doc.error(("platform",), f"unknown platform {target.platform!r} (known: {', '.join(PLATFORMS)})")
@@ -62,7 +62,7 @@ def load_target(path: Path) -> Target:
         raise doc.error(("transport",), f"unknown transport {target.transport_kind!r} "
                         f"(known: {', '.join(TRANSPORTS)})")
     if target.transport_kind == "ssh":
-        from harness.transport.ssh import SshOptions
+        from harness.boards.transports.ssh import SshOptions
 
         validate(SshOptions, target.transport_options, doc, ("transport", "ssh"))
     return target

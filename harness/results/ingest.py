@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from harness.collectors import COLLECTORS
-from harness.emulation import emulation_columns
+from harness.emulation.controller import emulation_columns
 from harness.parsers import ParseError
 from harness.parsers.blockstat import delta as blockstat_delta
 from harness.parsers.blockstat import parse_snapshot

@@ -59,7 +59,7 @@ def step_kind(item: dict[str, Any]) -> str:
 
 
 def check_steps(experiment: Any, doc: Any) -> None:
-    """Structural checks; the typed validation happens per matrix cell in ``harness.plan``."""
+    """Structural checks; the typed validation happens per matrix cell in ``harness.campaign.plan``."""
     for index, item in enumerate(experiment.steps):
         loc = ("steps", index)
         kinds = [key for key in item if key not in STEP_ITEM_KEYS] if isinstance(item, dict) else []

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.boards.transports import put_bytes
 from harness.engines.errors import BuildError
 from harness.engines.llamacpp.build import BASE_CMAKE_FLAGS, DEFAULT_TARGETS
 from harness.engines.llamacpp.source import SourceSpec, prepare_source, sha256_file
-from harness.transport import put_bytes
 from runner import enginebuild
 
 POLL_S = 2.0

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness.analysis.stats import change_vs_baseline, pearson
-from harness.plots import MB, _ordered_jobs, _save
+from harness.figures.storage import MB, _ordered_jobs, _save
 
 
 def cell_label(row: pd.Series, params: list[str]) -> str:

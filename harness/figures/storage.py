@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness import __version__  # noqa: E402
-from harness.emulation import emulation_note  # noqa: E402
+from harness.emulation.controller import emulation_note  # noqa: E402
 from harness.steps.fio import LADDER  # noqa: E402
 
 MB = 1e6

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.boards.platforms import PLATFORMS, Platform
+from harness.boards.transports import Transport, connect
 from harness.config.target import Target
 from harness.errors import ToolMissingError
-from harness.platforms import PLATFORMS, Platform
-from harness.transport import Transport, connect
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNNER_DIR = REPO_ROOT / "runner"
 NATIVE_DIR = RUNNER_DIR / "native"
 
@@ -26,8 +26,8 @@ class TargetSession:
     platform: Platform
     runner_root: str  # the directory that holds the runner package on the target
     native_bin: str
-    deployed: dict[str, Any] | None = None  # what harness.deploy pushed and built (for the manifest)
-    lease: Any = None  # harness.lease.Lease held on the board while this session lives
+    deployed: dict[str, Any] | None = None  # what harness.boards.deploy pushed and built (for the manifest)
+    lease: Any = None  # harness.boards.lease.Lease held on the board while this session lives
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine name -> build record (on the board)
     models: dict[str, str] = field(default_factory=dict)  # file name -> path of a pushed synthetic model
 
@@ -70,7 +70,7 @@ def open_session(target: Target, *, lease_for: str | None = None, lease_wait_s: 
     lease = None
     try:
         if lease_for is not None and target.wants_lease:
-            from harness.lease import acquire
+            from harness.boards.lease import acquire
 
             lease = acquire(transport, target_name=target.name, python=target.python, workdir=target.workdir,
                             campaign=lease_for, wait_s=lease_wait_s, on_wait=on_wait)
@@ -79,7 +79,7 @@ def open_session(target: Target, *, lease_for: str | None = None, lease_wait_s: 
             native_bin = build_native_here()
             return TargetSession(target, transport, platform, str(REPO_ROOT), str(native_bin), lease=lease)
         # Remote targets get the runner pushed to <workdir>/runner and built there (skipped when unchanged).
-        from harness.deploy import deploy_runner
+        from harness.boards.deploy import deploy_runner
 
         deployed = deploy_runner(transport, target.workdir, target_name=target.name)
     except BaseException:

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.boards.transports import CommandResult, register_transport
 from harness.errors import TargetError
-from harness.transport import CommandResult, register_transport
 
 
 class LocalTransport:

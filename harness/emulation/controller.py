@@ -119,7 +119,7 @@ def repair(session: Any, spec: dict[str, Any], say: Callable[[str], None]) -> No
 
 
 def _cells(experiment: Any) -> list[dict[str, Any]]:
-    from harness.plan import matrix_cells
+    from harness.campaign.plan import matrix_cells
 
     return matrix_cells(experiment.matrix)
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.boards.platforms import ExpectationResult, register_platform
+from harness.boards.platforms import checks as C
+from harness.boards.platforms.linux import LinuxPlatform
 from harness.parsers import ParseError, parse
-from harness.platforms import ExpectationResult, register_platform
-from harness.platforms import checks as C
-from harness.platforms.linux import LinuxPlatform
 
 # What a mode must show in the tables, per board (matched against /proc/device-tree/model).
 MODE_CLOCKS: dict[tuple[str, str], dict[str, int]] = {

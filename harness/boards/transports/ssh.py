@@ -30,9 +30,9 @@ from typing import Any
 
 from pydantic import Field
 
+from harness.boards.transports import CommandResult, register_transport
 from harness.config.validate import StrictModel
 from harness.errors import TargetError
-from harness.transport import CommandResult, register_transport
 
 CHANNEL_OPEN_TIMEOUT_S = 15.0
 DEFAULT_TIMEOUT_S = 3600.0  # a command that hangs this long on a live connection is a bug on the target

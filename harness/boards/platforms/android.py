@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.boards.platforms import ExpectationResult, register_platform
+from harness.boards.platforms import checks as C
+from harness.boards.platforms.linux import LinuxPlatform
 from harness.errors import TargetError
 from harness.parsers import ParseError, parse
-from harness.platforms import ExpectationResult, register_platform
-from harness.platforms import checks as C
-from harness.platforms.linux import LinuxPlatform
 
 
 @register_platform

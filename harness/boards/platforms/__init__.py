@@ -54,7 +54,7 @@ def register_platform(cls: type[Platform]) -> type[Platform]:
 
 Check = Callable[[Any, dict[str, Any], Any], ExpectationResult]
 
-from harness.platforms import android as _android  # noqa: E402,F401  (registers)
-from harness.platforms import jetson as _jetson  # noqa: E402,F401  (registers)
-from harness.platforms import linux as _linux  # noqa: E402,F401  (registers)
-from harness.platforms import macos as _macos  # noqa: E402,F401  (registers)
+from harness.boards.platforms import android as _android  # noqa: E402,F401  (registers)
+from harness.boards.platforms import jetson as _jetson  # noqa: E402,F401  (registers)
+from harness.boards.platforms import linux as _linux  # noqa: E402,F401  (registers)
+from harness.boards.platforms import macos as _macos  # noqa: E402,F401  (registers)

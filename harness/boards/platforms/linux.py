@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.boards.platforms import ExpectationResult, Platform, register_platform
+from harness.boards.platforms import checks as C
 from harness.errors import TargetError
-from harness.platforms import ExpectationResult, Platform, register_platform
-from harness.platforms import checks as C
 from harness.units import format_size, parse_size
 
 

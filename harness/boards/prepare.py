@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.boards.transports import put_bytes
 from harness.config.experiment import EngineSpec, Experiment, SynthSpec
 from harness.engines.llamacpp.source import sha256_file
 from harness.errors import TargetError
-from harness.transport import put_bytes
 from harness.units import parse_size
 from runner import enginebuild
 

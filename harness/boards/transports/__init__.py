@@ -84,5 +84,5 @@ def connect(target: Any) -> Transport:
     return TRANSPORTS[kind](target)
 
 
-from harness.transport import adb as _adb  # noqa: E402,F401  (registers)
-from harness.transport import local as _local  # noqa: E402,F401  (registers)
+from harness.boards.transports import adb as _adb  # noqa: E402,F401  (registers)
+from harness.boards.transports import local as _local  # noqa: E402,F401  (registers)

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.boards.transports import Transport
 from harness.errors import TargetError
-from harness.transport import Transport
 
 DEFAULT_TTL_S = 60.0
 DEFAULT_WAIT_S = 300.0

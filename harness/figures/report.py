@@ -7,8 +7,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness import plots, streaming_plots
 from harness.analysis.stats import pearson
+from harness.figures import storage as plots
+from harness.figures import streaming as streaming_plots
 from harness.results.cachestate import cache_label, not_cleared
 from harness.results.loader import ResultSet, load_result_set
 

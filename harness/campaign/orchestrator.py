@@ -18,18 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness import emulation, stopping
+from harness.boards.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
+from harness.boards.session import TargetSession, open_session
+from harness.boards.transports import put_bytes
+from harness.campaign import runstate, stopping
+from harness.campaign.plan import Plan, PlannedRun
 from harness.collectors import COLLECTORS, collector_configs
 from harness.collectors.platform import preflight as collector_preflight
 from harness.config.target import Target
+from harness.emulation import controller as emulation
 from harness.errors import DiskFullError, ExpectationError, ResultSetError, TargetError, ToolMissingError, UsageError
-from harness.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
-from harness.plan import Plan, PlannedRun
-from harness.platforms import runstate
 from harness.results.store import ResultSetWriter, new_set_id
-from harness.session import TargetSession, open_session
 from harness.steps import STEPS
-from harness.transport import put_bytes
 
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0
 PULL_ATTEMPTS = 3
@@ -287,7 +287,7 @@ class Campaign:
         """Build the engines the steps use and synthesize models, once, cached across campaigns.
 
         The controller builds only for a local target; boards build their own (``_prepare_remote``)."""
-        from harness.prepare import build_engines, engines_needed, synth_model
+        from harness.boards.prepare import build_engines, engines_needed, synth_model
 
         step_engines = {STEPS[run.step].engine for run in self.plan.runs} - {None}
         self.engine_specs = engines_needed(self.experiment, step_engines)  # type: ignore[arg-type]
@@ -301,7 +301,7 @@ class Campaign:
     def _prepare_remote(self, sessions: list[TargetSession]) -> None:
         """Engines built on each board and synthetic models pushed to it, boards in parallel (a build on a
         board takes minutes); both are skipped when the board already has them."""
-        from harness.prepare import prepare_target
+        from harness.boards.prepare import prepare_target
 
         remote = [s for s in sessions if s.target.transport_kind != "local"]
         if not remote or not (self.engine_specs or self.synth):
@@ -337,7 +337,7 @@ class Campaign:
         figures: list[Path] = []
         if not interrupted:
             try:
-                from harness.report import render_report
+                from harness.figures.report import render_report
 
                 figures = render_report(path)
             except KeyboardInterrupt:
@@ -359,7 +359,7 @@ class Campaign:
                 "params": run.params, "estimate_s": round(run.estimate_s, 1), "status": "pending"}
 
     def _check_expectation_names(self) -> None:
-        from harness.platforms import PLATFORMS
+        from harness.boards.platforms import PLATFORMS
 
         doc = self.plan.experiment.doc
         for target in self.targets:

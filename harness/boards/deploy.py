@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.boards.transports import Transport, put_bytes
+from harness.boards.transports.ssh import tar_tree
 from harness.errors import TargetError
-from harness.transport import Transport, put_bytes
-from harness.transport.ssh import tar_tree
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNNER_DIR = REPO_ROOT / "runner"
 MANIFEST = ".deployed.json"
 NATIVE_SUFFIXES = (".c", ".h")

@@ -1,0 +1,1 @@
+"""Board emulation, controller side: the ``emulate:`` key, its preflight, and how runs show it."""
