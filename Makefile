@@ -64,7 +64,8 @@ native:
 	$(MAKE) -s -C runner/native
 
 lint: setup
-	$(BIN)/ruff check harness runner tests bench
+	$(BIN)/ruff check harness runner tests bench notebooks
+	$(BIN)/lint-imports
 
 clean:
 	$(MAKE) -s -C runner/native clean

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.probe import block_device_of  # noqa: E402  (the runner's own: the same device the runs record)
+from runner.probes.blockdev import block_device_of  # noqa: E402  (the runner's own: the same device the runs record)
 
 NATIVE = ROOT / "runner" / "native"
 BIN = NATIVE / "bin"

@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.boards.deploy import deploy_runner  # noqa: E402
+from harness.boards.inventory import load_target  # noqa: E402
 from harness.boards.transports.ssh import SshTransport  # noqa: E402
 from harness.campaign.orchestrator import Campaign  # noqa: E402
 from harness.campaign.plan import build_plan  # noqa: E402
 from harness.config.experiment import load_experiment  # noqa: E402
-from harness.config.target import load_target  # noqa: E402
 from tests.sshd import SshServer, sshd_unavailable  # noqa: E402
 
 EXPERIMENT = """\
@@ -86,14 +86,15 @@ def summary(values: list[float]) -> str:
 
 
 def engine_on_board(server: SshServer, targets: Path, workdir: str, repeats: int) -> None:
-    from harness.boards.prepare import BUILD_CACHE, _engine_inputs
+    from harness.boards.prepare import BUILD_CACHE
     from harness.boards.session import open_session
-    from harness.config.experiment import EngineSpec
+    from harness.engines import ENGINES
     from harness.engines.llamacpp.remote import build_on_target
 
     server.write_target(targets, "board", workdir=workdir)
-    spec = EngineSpec()
-    patches, flags = _engine_inputs(spec, ROOT)
+    engine = ENGINES["llama.cpp"]
+    spec = engine.spec(None)
+    patches, flags = engine.inputs(spec, ROOT)
     session = open_session(load_target(targets / "board.yaml"))
     try:
         first = build_on_target(session, spec.source, flags, patches, BUILD_CACHE / "sources", lambda _m: None)

@@ -44,10 +44,6 @@ class ExpectationError(HarnessError):
     """A board-state expectation failed (power mode, clocks, memory...)."""
 
 
-class StepError(HarnessError):
-    """A step failed on the target; the run is marked failed and the campaign goes on."""
-
-
 class ResultSetError(UsageError):
     """A result set is missing, incomplete where it must be complete, or of another schema."""
 

@@ -13,13 +13,14 @@
 #
 # Regenerates the harness figures from a result set's tables (never from raw files), so a figure in a
 # paper can always be rebuilt from the set it came from. Point `HARNESS_SET` at a set directory, or
-# leave it unset to use the newest complete set under `results/`.
+# leave it unset to use the newest complete set under `results/`. Every figure the report draws is in the
+# registry `harness.figures.FIGURES`, each drawn from a `FigureContext` (the set's tables and where to write).
 
 # %%
 import os
 from pathlib import Path
 
-from harness.figures import storage as plots
+from harness.figures import FIGURES, FigureContext
 from harness.figures.report import fio_summary, read_summary, settings_line
 from harness.results.loader import list_result_sets, load_result_set
 
@@ -30,8 +31,10 @@ else:
     sets = [load_result_set(p) for p in list_result_sets(Path("results"))]
     rs = [s for s in sets if s.complete][-1]
 out = Path(os.environ.get("HARNESS_FIGURES", rs.path / "figures"))
-settings = settings_line(rs.manifest)
+context = FigureContext(rs.table, out, rs.set_id, settings_line(rs.manifest), list(rs.manifest.get("matrix") or {}),
+                        rs.manifest.get("baseline"))
 print(rs.set_id, "->", out)
+print("figures:", ", ".join(f"{f.name} (needs {', '.join(f.needs + f.needs_any)})" for f in FIGURES.values()))
 
 # %% [markdown]
 # ## fio QD ladder on the same file
@@ -40,7 +43,7 @@ print(rs.set_id, "->", out)
 fio_summary(rs)
 
 # %%
-ladder = plots.fio_ladder(rs.table("runs"), rs.table("fio"), out, rs.set_id, settings)
+ladder = FIGURES["fio_ladder"].draw(context)
 ladder
 
 # %% [markdown]
@@ -50,12 +53,12 @@ ladder
 read_summary(rs)
 
 # %%
-accounting = plots.read_accounting(rs.table("runs"), out, rs.set_id, settings)
+accounting = FIGURES["read_accounting"].draw(context)
 
 # %% [markdown]
 # ## Run timeline: device MB/s and in-flight I/O
 
 # %%
-timeline = plots.timeline(rs.table("runs"), rs.table("blockstat"), out, rs.set_id, settings)
+timeline = FIGURES["timeline"].draw(context)
 written = [p for p in ladder + accounting + timeline if p.suffix == ".png"]
 print("\n".join(str(p) for p in written))

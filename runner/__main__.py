@@ -7,10 +7,11 @@ import errno
 import json
 import sys
 
-from runner import agent, probe, util
+from runner import agent, util
+from runner.probes import machine
 
 
-def main(argv=None):
+def _parser():
     parser = argparse.ArgumentParser(prog="runner")
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="execute one run spec; writes run.json and DONE beside it")
@@ -37,40 +38,30 @@ def main(argv=None):
     engine_p = sub.add_parser("engine", help="build an engine into the board's build cache (or check the cache)")
     engine_p.add_argument("mode", choices=["build", "check"])
     engine_p.add_argument("spec")
-    args = parser.parse_args(argv)
+    return parser
 
-    if args.command == "run":
-        return agent.run(args.spec)
-    if args.command == "probe":
-        print(json.dumps(probe.facts(args.file, args.block_device, args.tool), sort_keys=True))
-        return 0
-    if args.command in ("mkfile", "rmfile"):
-        try:
-            if args.command == "mkfile":
-                print(json.dumps(util.make_data_file(args.path, args.size, owner=args.owner)))
-            else:
-                print(json.dumps({"removed": util.remove_data_file(args.path, args.owner, args.inside)}))
-        except util.NotOurs as exc:
-            print("error: %s" % exc, file=sys.stderr)
-            return 3
-        except OSError as exc:  # disk full, permission: one line, not a traceback
-            print("error: %s: %s" % (exc.filename or args.path, exc.strerror or exc), file=sys.stderr)
-            return 4 if exc.errno in (errno.ENOSPC, errno.EDQUOT) else 1
-        return 0
-    if args.command == "free":
-        print(json.dumps(util.free_bytes(args.path)))
-        return 0
-    if args.command == "reap":
-        from runner import reap
 
-        print(json.dumps(reap.reap(args.set_id)))
-        return 0
-    if args.command == "sha256":
-        print(util.sha256_file(args.path))
-        return 0
-    if args.command == "engine":
-        return _engine(args.mode, args.spec)
-    return 2
+def _data_file(args):
+    """mkfile and rmfile: the result as JSON; a file not ours, a full disk or a refused write as one line."""
+    try:
+        if args.command == "mkfile":
+            print(json.dumps(util.make_data_file(args.path, args.size, owner=args.owner)))
+        else:
+            print(json.dumps({"removed": util.remove_data_file(args.path, args.owner, args.inside)}))
+    except util.NotOurs as exc:
+        print("error: %s" % exc, file=sys.stderr)
+        return 3
+    except OSError as exc:  # disk full, permission: one line, not a traceback
+        print("error: %s: %s" % (exc.filename or args.path, exc.strerror or exc), file=sys.stderr)
+        return 4 if exc.errno in (errno.ENOSPC, errno.EDQUOT) else 1
+    return 0
+
+
+def _reap(set_id):
+    from runner import reap
+
+    print(json.dumps(reap.reap(set_id)))
+    return 0
 
 
 def _engine(mode, spec):
@@ -84,6 +75,27 @@ def _engine(mode, spec):
     # the controller reads the last line: the build record (or null on a cache miss)
     print(json.dumps(record, sort_keys=True), flush=True)
     return 0
+
+
+def _print(value):
+    print(value)
+    return 0
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    commands = {
+        "run": lambda: agent.run(args.spec),
+        "probe": lambda: _print(json.dumps(machine.facts(args.file, args.block_device, args.tool), sort_keys=True)),
+        "mkfile": lambda: _data_file(args),
+        "rmfile": lambda: _data_file(args),
+        "free": lambda: _print(json.dumps(util.free_bytes(args.path))),
+        "reap": lambda: _reap(args.set_id),
+        "sha256": lambda: _print(util.sha256_file(args.path)),
+        "engine": lambda: _engine(args.mode, args.spec),
+    }
+    command = commands.get(args.command)
+    return command() if command else 2
 
 
 if __name__ == "__main__":

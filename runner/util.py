@@ -4,9 +4,18 @@ import errno
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import time
 
 CHUNK = 1 << 20
+RUNNER_DIR = os.path.dirname(os.path.abspath(__file__))  # this package: runner/ on the target
+TOOL_TIMEOUT_S = 15
+
+
+def native_bin(spec):
+    """Where the native tools (cachectl, sampler) are: the run spec's ``native_bin``, else runner/native/bin."""
+    return spec.get("native_bin") or os.path.join(RUNNER_DIR, "native", "bin")
 
 
 def now():
@@ -33,6 +42,22 @@ def read_text(path, default=None):
 def tail(path, lines=20):
     text = read_text(path, "") or ""
     return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_tool(argv, timeout=TOOL_TIMEOUT_S):
+    """(stdout, error): error is a one-line reason when the tool is missing, fails or hangs."""
+    if not shutil.which(argv[0]):
+        return None, "%s not found on PATH" % argv[0]
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, "%s: %s" % (" ".join(argv), exc)
+    out = done.stdout.decode(errors="replace")
+    if done.returncode != 0:
+        err = (done.stderr.decode(errors="replace").strip() or out.strip()).splitlines()[-1:] or [""]
+        return out or None, "%s exited %d: %s" % (" ".join(argv), done.returncode, err[0][:200])
+    return out, None
 
 
 OWNER_SUFFIX = ".harness-owner"

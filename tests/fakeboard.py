@@ -1,7 +1,7 @@
 """Fake boards for platform tests: a sysfs/procfs tree (read through HARNESS_SYSROOT) and a bin/ of
 fake tools (nvpmodel, jetson_clocks, tegrastats) that replay real captured output.
 
-The numbers are the seed board's (DESIGN.md section 1) and the captures' (tests/data/jetson/SOURCE.md).
+The numbers are the seed board's (docs/methodology.md section 1) and the captures' (tests/data/jetson/SOURCE.md).
 """
 
 from __future__ import annotations

@@ -91,13 +91,10 @@ steps:
 @contextlib.contextmanager
 def machine_lock() -> Iterator[None]:
     """Hold the emulation lock: no emulated run (ours or a colleague's) can change read_ahead_kb meanwhile."""
-    from runner import emulate
+    from runner.emulation import machine_lock as emulation_lock
 
-    fd = emulate._lock(blocking=True)
-    try:
+    with emulation_lock():
         yield
-    finally:
-        emulate._unlock(fd)
 
 
 def private_base() -> Path:
@@ -270,7 +267,7 @@ class Controller:
 def cgroups_missing() -> str | None:
     """Why emulation (cgroups, read_ahead_kb) cannot run on this machine, or None: the one gate of every test
     that runs ``emulate:`` for real."""
-    from runner import cgroup
+    from runner.emulation import cgroup
 
     if os.geteuid() != 0:
         return "cgroups and read_ahead_kb need root"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.boards.inventory import load_target
 from harness.campaign.plan import build_plan
-from harness.config.experiment import load_experiment
-from harness.config.target import load_target
+from harness.campaign.resolve import load_resolved
 from harness.errors import ConfigError
 from tests.helpers import run_cli
 
@@ -36,12 +36,12 @@ def write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
 
 def error_of(path: Path) -> ConfigError:
     with pytest.raises(ConfigError) as info:
-        build_plan(load_experiment(path))
+        build_plan(load_resolved(path))
     return info.value
 
 
 def test_good_experiment_loads(tmp_path: Path) -> None:
-    plan = build_plan(load_experiment(write(tmp_path, GOOD)))
+    plan = build_plan(load_resolved(write(tmp_path, GOOD)))
     assert [r.params["qd"] for r in plan.runs] == [1, 4]
     # "{qd}" kept the matrix value's type
     assert plan.runs[1].cell.config.jobs[0].iodepth == 4

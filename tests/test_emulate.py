@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from runner import cgroup, emulate, probe
+from runner import sysroot
+from runner.contract import CONTRACT_VERSION
+from runner.emulation import cgroup, state
+from runner.probes.blockdev import block_device_of
 from runner.util import make_data_file
 from tests.helpers import REPO, machine_lock, wait_for
 from tests.helpers import needs_cgroups as needs_cgroups_mark
@@ -76,7 +79,7 @@ def _harness_cgroups_mentioning(text: str) -> list[str]:
 
 
 def read_ahead_path(path: str) -> Path:
-    return Path(probe.ROOT + f"/sys/block/{probe.block_device_of(path)}/queue/read_ahead_kb")
+    return Path(sysroot.ROOT + f"/sys/block/{block_device_of(path)}/queue/read_ahead_kb")
 
 
 def other_read_ahead(path: str) -> int:
@@ -89,8 +92,9 @@ def make_spec(workdir: Path, native_bin: str, file: str, emulate_spec: dict | No
     run_id = f"{workdir.name}-{uuid.uuid4().hex[:6]}"
     run_dir = workdir / "runs" / "set" / run_id
     run_dir.mkdir(parents=True)
-    spec = {"run_id": run_id, "set_id": "set", "cache": cache, "round": 1, "repeat": 1, "params": {},
-            "cache_files": [file] if cache != "none" else [], "block_device": device or probe.block_device_of(file),
+    spec = {"contract": CONTRACT_VERSION, "run_id": run_id, "set_id": "set", "cache": cache, "round": 1, "repeat": 1,
+            "params": {},
+            "cache_files": [file] if cache != "none" else [], "block_device": device or block_device_of(file),
             "native_bin": native_bin, "collectors": [], "run_dir": str(run_dir), "emulate": emulate_spec,
             "step": {"kind": "read", "file": file, "pattern": pattern, "bs_bytes": bs, "seed": 0,
                      "timeout_s": 300}}
@@ -166,7 +170,7 @@ def test_read_throttle_caps_the_step_rate(workdir: Path, native_bin: str, files:
     assert result["elapsed_s"] >= 1.0
     emu = record["emulation"]
     assert emu["effective"]["read_bytes_per_s"] == limit
-    device = probe.block_device_of(files["small"])
+    device = block_device_of(files["small"])
     assert emu["device"]["majmin"] == Path(f"/sys/block/{device}/dev").read_text().strip()
     assert abs(emu["stats"]["io_read_bytes"] - 64 * MiB) <= 0.05 * 64 * MiB  # the reads went through the cgroup
 
@@ -200,7 +204,7 @@ def test_read_ahead_restored_when_the_step_fails(workdir: Path, native_bin: str,
     missing = str(Path(files["small"]).with_name("missing.bin"))
     wanted = other_read_ahead(files["small"])
     spec = make_spec(workdir, native_bin, missing, {"read_ahead_kb": wanted, "memory_bytes": 64 * MiB},
-                     cache="none", device=probe.block_device_of(files["small"]))
+                     cache="none", device=block_device_of(files["small"]))
     record = run_runner(spec)
     assert record["status"] == "failed" and "read exited with 1" in record["error"]
     emu = record["emulation"]
@@ -217,10 +221,10 @@ def _wait_until_step_runs(spec: Path, proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is not None:
             out = proc.communicate()[0].decode(errors="replace")
             pytest.fail(f"the runner exited ({proc.returncode}) before its step started: {out}")
-        return [line for line in _processes_mentioning(str(spec.parent)) if "runner.readfile" in line]
+        return [line for line in _processes_mentioning(str(spec.parent)) if "runner.steps.readfile" in line]
 
     # another emulated run on this machine (a colleague's test session) may hold the emulation lock a while
-    pid = wait_for("the step's reader process (runner.readfile) to start", readers, timeout=300)[0].split(":")[0]
+    pid = wait_for("the step's reader process (runner.steps.readfile) to start", readers, timeout=300)[0].split(":")[0]
     membership = Path(f"/proc/{pid}/cgroup").read_text()
     # in the run's cgroup for every emulated resource; the runner itself stays outside
     wanted = json.loads(spec.read_text())["emulate"]
@@ -267,10 +271,10 @@ def test_a_killed_runner_is_repaired_by_the_next_run(workdir: Path, native_bin: 
     record = run_runner(make_spec(workdir, native_bin, files["small"], None, cache="none"))
     assert record["status"] == "ok", record["error"]
     with machine_lock():  # no emulated run is live now: a state file would be a leftover
-        assert not os.path.exists(emulate._state_path())
+        assert not os.path.exists(state.state_path())
         assert int(read_ahead_path(files["small"]).read_text()) != wanted
     assert not any(os.path.exists(d) for d in leftover)
-    assert not os.path.exists(emulate._run_state_path(proc.pid))  # the record of its cgroups went with them
+    assert not os.path.exists(state.run_state_path(proc.pid))  # the record of its cgroups went with them
     # the orphaned step was stopped (by pid, it was in the dead run's cgroup); the fixture checks the rest
     assert _processes_mentioning(str(spec.parent)) == []
 
@@ -288,7 +292,7 @@ def test_machine_without_controllers_refuses_and_runs_nothing(workdir: Path, nat
     assert "\n" not in record["error"]
     assert not (spec.parent / "read.stdout").exists()  # nothing ran unemulated
     assert "emulation refused" in subprocess.run(
-        [sys.executable, "-m", "runner.emulate", "check", "--emulate", '{"memory_bytes": 1}'], cwd=REPO,
+        [sys.executable, "-m", "runner.emulation", "check", "--emulate", '{"memory_bytes": 1}'], cwd=REPO,
         env={**os.environ, "HARNESS_CGROUP_ROOT": str(empty)}, capture_output=True, text=True).stdout
 
 

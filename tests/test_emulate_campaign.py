@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from harness.results.loader import load_result_set
-from runner import cgroup, emulate, probe
+from runner.emulation import cgroup, state
+from runner.probes.blockdev import block_device_of
 from tests.helpers import REPO, machine_lock, run_cli, wait_for
 from tests.helpers import needs_cgroups as needs_cgroups_mark
 
@@ -137,7 +138,7 @@ def _pids_with(*words: str) -> list[int]:
 @needs_cgroups
 def test_controller_repairs_at_once_when_a_runner_dies(tmp_path: Path) -> None:
     name = f"emukill-{uuid.uuid4().hex[:8]}"
-    ra_path = Path(f"/sys/block/{probe.block_device_of(str(tmp_path))}/queue/read_ahead_kb")
+    ra_path = Path(f"/sys/block/{block_device_of(str(tmp_path))}/queue/read_ahead_kb")
     with machine_lock():  # no emulated run is changing it now: this is the machine's own value
         original = int(ra_path.read_text())
     wanted = 256 if original != 256 else 128
@@ -148,11 +149,11 @@ def test_controller_repairs_at_once_when_a_runner_dies(tmp_path: Path) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     def step_started() -> list[int]:
         assert proc.poll() is None, proc.communicate()
-        return _pids_with("runner.readfile", tmp_path.name)
+        return _pids_with("runner.steps.readfile", tmp_path.name)
 
     try:
         # another emulated run on this machine may hold the emulation lock a while
-        wait_for("the emulated step's reader process (runner.readfile) to start", step_started, timeout=300)
+        wait_for("the emulated step's reader process (runner.steps.readfile) to start", step_started, timeout=300)
         runner = _pids_with("-m runner run", name)
         assert len(runner) == 1 and int(ra_path.read_text()) == wanted
         os.kill(runner[0], signal.SIGKILL)  # no finally-block runs: only the controller can clean up now
@@ -166,7 +167,7 @@ def test_controller_repairs_at_once_when_a_runner_dies(tmp_path: Path) -> None:
     assert run["status"] == "failed"
     with machine_lock():
         assert int(ra_path.read_text()) == original
-        assert not os.path.exists(emulate._state_path())
+        assert not os.path.exists(state.state_path())
     # the dead runner's record of its cgroups is gone with them
-    assert not [n for n in os.listdir(emulate.state_dir()) if n.startswith("run-") and str(runner[0]) in n]
-    assert _pids_with("runner.readfile", tmp_path.name) == []
+    assert not [n for n in os.listdir(state.state_dir()) if n.startswith("run-") and str(runner[0]) in n]
+    assert _pids_with("runner.steps.readfile", tmp_path.name) == []

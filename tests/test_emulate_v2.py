@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import cgroup, emulate
+from runner.emulation import cgroup
+from runner.emulation.check import check
 
 MiB = 1 << 20
 
@@ -40,7 +41,7 @@ def test_hybrid_without_v2_controllers_uses_v1(tmp_path: Path) -> None:
 def test_check_names_the_missing_io_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
     monkeypatch.setenv("HARNESS_CGROUP_ROOT", str(tmp_path))
-    missing = emulate.check({"memory_bytes": 64 * MiB, "read_bytes_per_s": MiB}, "vda")
+    missing = check({"memory_bytes": 64 * MiB, "read_bytes_per_s": MiB}, "vda")
     assert [m for m in missing if "cgroup" in m] == [
         f"no cgroup blkio/io controller (no v2 io.max, no v1 blkio.throttle.read_bps_device) under {tmp_path}"]
 
@@ -89,7 +90,7 @@ def test_v2_stats_are_read_from_the_kernel_files(v2_root: Path) -> None:
 
 
 def test_check_needs_a_block_device_for_io_and_read_ahead(v2_root: Path) -> None:
-    missing = emulate.check({"read_ahead_kb": 128}, None)
+    missing = check({"read_ahead_kb": 128}, None)
     assert "no block device known for the run's files (set block_device in the target)" in missing
     # a memory budget alone needs no device
-    assert not [m for m in emulate.check({"memory_bytes": 64 * MiB}, None) if "block device" in m]
+    assert not [m for m in check({"memory_bytes": 64 * MiB}, None) if "block device" in m]

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.results.loader import load_result_set
-from runner import probe, reap
+from runner import reap
+from runner.probes.blockdev import block_device_of
 from tests.helpers import Controller, machine_lock, needs_cgroups, private_base, run_campaign, run_cli, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
@@ -199,6 +200,18 @@ def test_a_full_scratch_disk_is_one_line_leaves_no_partial_file_and_resumes(tmp_
     assert not list(scratch.glob("data.bin*"))  # created in the set's scratch, removed at its end
 
 
+def test_a_file_made_before_the_one_that_does_not_fit_is_removed(tmp_path: Path, small_disk: Path) -> None:
+    scratch = small_disk / "scratch"
+    (small_disk / "keep").write_bytes(b"\0" * (42 << 20))  # 6 MB left: the first file fits, the second not
+    exp = tmp_path / "two.yaml"
+    exp.write_text("name: two\nfiles:\n  first: {create: 2M}\n  second: {create: 8M}\ncache: warm\n"
+                   "steps:\n  - read: {file: first}\n")
+    done = run_campaign(str(exp), "--results", str(tmp_path / "r"), "--scratch", str(scratch))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stdout + done.stderr
+    assert "second.bin needs 8 MB" in done.stderr
+    assert sorted(p.name for p in small_disk.rglob("*")) == ["keep", "scratch"]  # first.bin and its mark: gone
+
+
 def test_a_full_workdir_on_the_target_names_the_cause_and_resumes(tmp_path: Path, small_disk: Path) -> None:
     """The board's workdir fills while a runner runs: the runner cannot even write its log, so the controller
     asks the board and says why; the campaign stops there (every later run would die the same way) with one
@@ -239,7 +252,7 @@ def test_a_lost_run_state_does_not_make_the_emulated_read_ahead_the_original(tmp
     the original kept in the workdir is restored, the message says what was found and what restored, and the
     next run records the real original."""
     state = private_base() / f"run-state-{tmp_path.name}"  # this test's own /run/harness
-    device = probe.block_device_of(str(private_base()))
+    device = block_device_of(str(private_base()))
     if device is None:
         pytest.skip(f"no block device under {private_base()}")
     knob = Path(f"/sys/block/{device}/queue/read_ahead_kb")

@@ -108,7 +108,8 @@ def test_fio_options_that_run_or_write_are_refused(tmp_path: Path, options: str)
 
 
 def test_the_runner_never_writes_a_line_break_into_a_job_file() -> None:
-    from runner.steps import StepFailed, fio_jobfile
+    from runner.steps.base import StepFailed
+    from runner.steps.fio import fio_jobfile
 
     with pytest.raises(StepFailed, match="cannot be written"):
         fio_jobfile({"file": "/f", "jobs": [{"name": "j", "bs": "64k\nexec_prerun=id"}]})

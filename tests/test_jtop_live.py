@@ -25,8 +25,10 @@ import pytest
 from jtop import service
 
 from harness.parsers import parse
-from runner import platform_collectors as pc
-from runner import probe
+from runner import sysroot
+from runner.collectors import jetson_stats
+from runner.collectors.base import Unavailable
+from runner.collectors.run import start_platform
 from tests import fakeboard as fb
 from tests.fakejtop import load_capture
 from tests.helpers import REPO, run_cli, slow_only, wait_for
@@ -100,7 +102,7 @@ def root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A short sysroot (a Unix socket path must stay under 108 bytes), readable by other users."""
     path = Path(tempfile.mkdtemp(prefix="jtop-", dir="/tmp"))
     path.chmod(0o755)
-    monkeypatch.setattr(probe, "ROOT", str(path))
+    monkeypatch.setattr(sysroot, "ROOT", str(path))
     monkeypatch.setattr(service, "JTOP_PIPE", service.JTOP_PIPE)  # the sampler points the client at ROOT
     yield path
     shutil.rmtree(path, ignore_errors=True)
@@ -136,7 +138,7 @@ TEGRASTATS_COLUMNS = {
 
 
 def test_the_runner_constant_is_the_clients_socket() -> None:
-    assert service.JTOP_PIPE == pc.JTOP_SOCKET == "/run/jtop.sock"
+    assert service.JTOP_PIPE == jetson_stats.JTOP_SOCKET == "/run/jtop.sock"
     assert jtop.__version__ == "7.2.2"  # the pinned client these tests speak to
 
 
@@ -164,7 +166,7 @@ with jtop(interval=0.1) as jetson:
 @pytest.mark.slow
 def test_live_jtop_samples_parse_into_the_tegrastats_columns(serve, root: Path, tmp_path: Path) -> None:
     serve()
-    running, skipped = pc.start({"jtop": {"period_ms": 100}}, str(tmp_path))
+    running, skipped = start_platform({"jtop": {"period_ms": 100}}, str(tmp_path))
     assert skipped == {} and [item.kind for item in running] == ["jtop"]
     _wait_lines(tmp_path / "jtop.jsonl", 4)
     assert [item.stop() for item in running] == [None]
@@ -240,10 +242,10 @@ def test_a_service_of_another_version_is_one_line_in_the_run_record(serve, root:
 # ------------------------------------------------------------------------------------- client errors
 def _start_error(spec: dict, tmp_path: Path) -> str:
     """The reason an optional jtop collector is skipped; the same reason fails a required one."""
-    running, skipped = pc.start({"jtop": {**spec, "optional": True}}, str(tmp_path))
+    running, skipped = start_platform({"jtop": {**spec, "optional": True}}, str(tmp_path))
     assert running == []
-    with pytest.raises(pc.Unavailable) as required:
-        pc.start({"jtop": spec}, str(tmp_path))
+    with pytest.raises(Unavailable) as required:
+        start_platform({"jtop": spec}, str(tmp_path))
     assert str(required.value) == "collector jtop: " + skipped["jtop"]
     assert "\n" not in skipped["jtop"]
     return skipped["jtop"]
@@ -254,9 +256,9 @@ def test_no_service_is_named_before_the_client_is_tried(root: Path, tmp_path: Pa
     assert _start_error({"period_ms": 100}, tmp_path) == (
         f"the jtop service is not running: no {sock} (sudo systemctl restart jtop.service)")
     # the real client on the same missing socket (FileNotFoundError inside it)
-    with pytest.raises(pc.Unavailable, match=r"^jtop service: The jtop.service is not active. Please run: "
+    with pytest.raises(Unavailable, match=r"^jtop service: The jtop.service is not active. Please run: "
                                              r"sudo jtop --install-service$"):
-        pc.JtopSampler(100, str(tmp_path / "jtop.jsonl")).start()
+        jetson_stats.JtopSampler(100, str(tmp_path / "jtop.jsonl")).start()
     assert not (tmp_path / "jtop.jsonl").exists()
 
 
@@ -295,14 +297,16 @@ def test_a_user_outside_the_socket_group(serve, root: Path) -> None:
     svc = serve("--gid", "0")
     assert oct(svc.socket.stat().st_mode & 0o777) == "0o660"
     script = f"""import json, os
-from runner import platform_collectors as pc, probe
-probe.ROOT = {str(root)!r}
+from runner.collectors import availability, jetson_stats
+from runner.collectors.base import Unavailable
+from runner import sysroot
+sysroot.ROOT = {str(root)!r}
 try:
-    pc.JtopSampler(100, os.devnull).start()
+    jetson_stats.JtopSampler(100, os.devnull).start()
     client = None
-except pc.Unavailable as exc:
+except Unavailable as exc:
     client = str(exc)
-print(json.dumps({{"reason": pc.unavailable_reason("jtop"), "client": client}}))
+print(json.dumps({{"reason": availability.unavailable_reason("jtop"), "client": client}}))
 """
     # setpriv, not Popen(user=): it keeps root's capabilities up to the exec, so a Python installed under
     # /root starts; the process that then connects has none (CapEff 0), like any user outside the group
@@ -318,7 +322,7 @@ print(json.dumps({{"reason": pc.unavailable_reason("jtop"), "client": client}}))
 @pytest.mark.slow
 def test_a_service_that_dies_during_the_run(serve, tmp_path: Path) -> None:
     svc = serve()
-    running, _ = pc.start({"jtop": {"period_ms": 100}}, str(tmp_path))
+    running, _ = start_platform({"jtop": {"period_ms": 100}}, str(tmp_path))
     _wait_lines(tmp_path / "jtop.jsonl", 2)
     svc.kill()
     # the collector notices by itself, before anyone stops it
@@ -336,14 +340,16 @@ def test_a_hung_service_is_given_up_on_and_the_runner_still_exits(serve, root: P
     os.killpg(svc.proc.pid, signal.SIGSTOP)
     try:
         script = f"""import json, os, time
-from runner import platform_collectors as pc, probe
-probe.ROOT = {str(root)!r}
-pc.JTOP_CONNECT_TIMEOUT_S = 2
+from runner.collectors import availability, jetson_stats
+from runner.collectors.base import Unavailable
+from runner import sysroot
+sysroot.ROOT = {str(root)!r}
+jetson_stats.JTOP_CONNECT_TIMEOUT_S = 2
 t0 = time.monotonic()
 try:
-    pc.JtopSampler(100, os.devnull).start()
+    jetson_stats.JtopSampler(100, os.devnull).start()
     reason = None
-except pc.Unavailable as exc:
+except Unavailable as exc:
     reason = str(exc)
 print(json.dumps({{"reason": reason, "waited_s": time.monotonic() - t0}}), flush=True)
 """

@@ -12,8 +12,9 @@ from pydantic import ValidationError
 
 from harness.steps import STEPS
 from harness.steps.llamacpp import LlamaBenchConfig, LlamaServerConfig, request_row, token_rows
-from runner import cache
-from runner.llama import make_cold, proc_stat
+from runner import pagecache
+from runner.steps.llama_server import proc_stat
+from runner.steps.pageout import make_cold
 from tests.helpers import REPO, run_cli, wait_for
 
 NATIVE_BIN = str(REPO / "runner" / "native" / "bin")
@@ -129,8 +130,8 @@ def test_cold_pages_out_a_file_another_process_maps(tmp_path: Path) -> None:
         holder.stdin.write(b"touch\n")
         holder.stdin.flush()
         holder.stdout.readline()  # every page touched and mapped
-        cache._cachectl(NATIVE_BIN, "drop", [str(path)])
-        assert cache.residency(NATIVE_BIN, [str(path)])[0]["resident_pct"] > 90  # DONTNEED alone: still there
+        pagecache._cachectl(NATIVE_BIN, "drop", [str(path)])
+        assert pagecache.residency(NATIVE_BIN, [str(path)])[0]["resident_pct"] > 90  # DONTNEED alone: still there
         majflt_before = proc_stat(holder.pid)["majflt"]
         evicted, residency = make_cold(NATIVE_BIN, holder.pid, str(path))
         assert evicted["mapped_bytes"] == 8 << 20 and "error" not in evicted
@@ -173,9 +174,9 @@ def test_decode_window_and_token_times() -> None:
 
 
 def test_stop_server_escalates_to_sigkill_and_takes_the_group(tmp_path: Path) -> None:
-    from runner.agent import RunContext
-    from runner.collectors import Collectors
-    from runner.llama import stop_server
+    from runner.collectors.run import Collectors
+    from runner.run_context import RunContext
+    from runner.steps.llama_server import stop_server
 
     ctx = RunContext({}, str(tmp_path), Collectors([], NATIVE_BIN, str(tmp_path), None))
     # a "server" that ignores SIGTERM and has a child of its own in its process group
@@ -197,7 +198,7 @@ def test_stop_server_escalates_to_sigkill_and_takes_the_group(tmp_path: Path) ->
 
 
 def test_token_count_follows_the_servers_running_count() -> None:
-    from runner.llama import _running_count
+    from runner.steps.llama_http import _running_count
 
     # tokens 2 and 3 ended in incomplete UTF-8: the server held them back and sent them with token 4,
     # listing one token id; its running count says where the stream really is

@@ -22,6 +22,7 @@ from harness.engines.llamacpp import CPU_NATIVE_FLAGS, DEFAULT_CACHE_DIR, BuildI
 from harness.models.synth import SynthInfo, synth_moe
 from harness.parsers import parse
 from harness.steps import STEPS
+from runner.contract import CONTRACT_VERSION
 from tests.helpers import REPO, run_cli, wait_for
 
 SDIST = "llama-cpp-python==0.3.36"
@@ -64,8 +65,8 @@ def run_step(tmp_path: Path, kind: str, options: dict[str, Any], model: str, bin
     config = step.Config.model_validate(options)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    spec = {"run_id": f"t-{kind}-{cache}", "cache": cache, "cache_files": [model], "block_device": "auto",
-            "native_bin": str(NATIVE_BIN), "collectors": collectors or [], "emulate": None,
+    spec = {"contract": CONTRACT_VERSION, "run_id": f"t-{kind}-{cache}", "cache": cache, "cache_files": [model],
+            "block_device": "auto", "native_bin": str(NATIVE_BIN), "collectors": collectors or [], "emulate": None,
             "engines": {"llama.cpp": {"bin_dir": bin_dir}},
             "step": {"kind": kind, **step.runner_spec(config, {"model": model}, cache)}}
     (run_dir / "spec.json").write_text(json.dumps(spec))
@@ -214,9 +215,9 @@ def test_server_started_again_when_its_port_was_taken(tmp_path: Path, llama_bin_
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    from runner import llama
-    from runner.agent import RunContext
-    from runner.collectors import Collectors
+    from runner.collectors.run import Collectors
+    from runner.run_context import RunContext
+    from runner.steps import llama_server
 
     # the race (another process binds the chosen port first) made deterministic: the picker's first
     # answer is a port this test holds; the server is real
@@ -224,13 +225,13 @@ def test_server_started_again_when_its_port_was_taken(tmp_path: Path, llama_bin_
     busy.bind(("127.0.0.1", 0))
     busy.listen()
     answers = [busy.getsockname()[1]]
-    real_free_port = llama.free_port
-    monkeypatch.setattr(llama, "free_port", lambda: answers.pop() if answers else real_free_port())
+    real_free_port = llama_server.free_port
+    monkeypatch.setattr(llama_server, "free_port", lambda: answers.pop() if answers else real_free_port())
     ctx = RunContext({"engines": {"llama.cpp": {"bin_dir": llama_bin_dir}}}, str(tmp_path),
                      Collectors([], str(NATIVE_BIN), str(tmp_path), None))
     spec = {"model": tiny_moe.path, "args": ["-t", 1], "timeout_s": 120}
     try:
-        proc, port, load_s = llama.start_server(ctx, spec)
+        proc, port, load_s = llama_server.start_server(ctx, spec)
         assert port != busy.getsockname()[1] and load_s > 0 and proc.poll() is None
         assert len(ctx.processes) == 2 and ctx.processes[0].returncode == 1  # the first one could not bind
     finally:
@@ -243,8 +244,8 @@ def _start_runner(tmp_path: Path, bin_dir: str, model: str, n_predict: int) -> s
     step = STEPS["llama-server"]
     config = step.Config.model_validate({"args": ["-t", 1, "-c", 512, "-np", 1], "prompts": str(PROMPTS),
                                          "n_predict": n_predict, "requests_per_prompt": 50})
-    spec = {"run_id": "t-fault", "cache": "warm", "cache_files": [model], "block_device": "auto",
-            "native_bin": str(NATIVE_BIN), "collectors": [], "emulate": None,
+    spec = {"contract": CONTRACT_VERSION, "run_id": "t-fault", "cache": "warm", "cache_files": [model],
+            "block_device": "auto", "native_bin": str(NATIVE_BIN), "collectors": [], "emulate": None,
             "engines": {"llama.cpp": {"bin_dir": bin_dir}},
             "step": {"kind": "llama-server", **step.runner_spec(config, {"model": model}, "warm")}}
     (tmp_path / "spec.json").write_text(json.dumps(spec))

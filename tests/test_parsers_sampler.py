@@ -99,12 +99,35 @@ def test_thread_record_with_wrong_field_count_names_the_line():
 
 
 def test_thread_record_errors():
-    with pytest.raises(ParseError, match=r"^line 1: tid is not an integer"):
-        parse_sampler_threads(b"1\tx\tS\t0\t0\t0\tc\t0\n")
-    with pytest.raises(ParseError, match=r"^line 1: unknown thread state 'Q'"):
-        parse_sampler_threads(b"1\t2\tQ\t0\t0\t0\tc\t0\n")
+    head = b"# harness-sampler v1 mode=threads pid=2 period_ms=5 clock_ticks_per_s=100 clock=monotonic\n"
+    with pytest.raises(ParseError, match=r"^line 2: tid is not an integer"):
+        parse_sampler_threads(head + b"1\tx\tS\t0\t0\t0\tc\t0\n")
+    with pytest.raises(ParseError, match=r"^line 2: unknown thread state 'Q'"):
+        parse_sampler_threads(head + b"1\t2\tQ\t0\t0\t0\tc\t0\n")
     with pytest.raises(ParseError, match="mode=block, not mode=threads"):
         parse_sampler_threads(b"# harness-sampler v1 mode=block dev=vda period_ms=10\n")
+
+
+def test_a_header_of_another_version_is_refused_naming_it():
+    v2 = THREADS.replace("# harness-sampler v1 ", "# harness-sampler v2 ")
+    with pytest.raises(ParseError, match=r"^line 1: sampler output of version v2: this parser reads harness-sampler "
+                                         r"v1 \(header '# harness-sampler v2 mode=threads pid=4242"):
+        parse_sampler_threads(v2.encode())
+    with pytest.raises(ParseError, match=r"^line 1: sampler output of version \(none\)"):
+        parse_sampler_threads(b"# harness-sampler mode=threads pid=1 period_ms=5\n")
+    with pytest.raises(ParseError, match="version v2"):
+        parse("sampler-threads", v2.encode())  # as the ingest reads threads.txt
+
+
+def test_output_without_the_header_is_refused_naming_what_came_first():
+    headless = THREADS.split("\n", 1)[1]
+    with pytest.raises(ParseError, match=r"^line 1: no sampler header: expected '# harness-sampler v1 "
+                                         r"mode=threads \.\.\.' first, found '1000000000\\t4242\\tS"):
+        parse_sampler_threads(headless.encode())
+    with pytest.raises(ParseError, match=r"^no sampler header: the output is empty"):
+        parse_sampler_threads(b"\n")
+    with pytest.raises(ParseError, match=r"^line 2: no sampler header: .* found '# stop t_ns=5"):
+        parse_sampler_threads(b"\n# stop t_ns=5 samples=0 overruns=0\n")
 
 
 # --- block mode -----------------------------------------------------------------------------------
@@ -133,6 +156,14 @@ def test_real_block_capture_intervals():
     whole = delta(rows[0], rows[-1])
     assert (whole["read_ios"], whole["read_bytes"]) == (118197 - 111646, (13638730 - 12800202) * 512)
     assert whole["avg_read_io_bytes"] == 65536.0
+
+
+def test_block_sampler_header_of_another_version_is_refused():
+    text = "# harness-sampler v2 mode=block dev=vda period_ms=10 clock=monotonic\n5 " + "1 " * 17 + "\n"
+    with pytest.raises(ParseError, match=r"^line 1: sampler output of version v2: this parser reads harness-sampler "
+                                         r"v1 \(header '# harness-sampler v2 mode=block dev=vda"):
+        parse_blockstat(text.encode())
+    assert len(parse_blockstat(b" ".join([b"1"] * 17))) == 1  # a bare stat line (a run.json snapshot) needs none
 
 
 def test_block_sampler_wrong_field_count_names_the_line():

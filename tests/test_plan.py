@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.campaign.plan import build_plan
-from harness.config.experiment import load_experiment
+from harness.campaign.resolve import load_resolved
 
 EXP = """\
 name: order
@@ -24,7 +24,7 @@ steps:
 def plan_of(tmp_path: Path, text: str):  # noqa: ANN201
     path = tmp_path / "e.yaml"
     path.write_text(text)
-    return build_plan(load_experiment(path))
+    return build_plan(load_resolved(path))
 
 
 def test_cartesian_product_times_cache_times_rounds(tmp_path: Path) -> None:

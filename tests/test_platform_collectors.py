@@ -14,8 +14,10 @@ import pandas as pd
 import pytest
 
 from harness.parsers import ParseError, parse
-from runner import platform_collectors as pc
-from runner import probe
+from runner import sysroot
+from runner.collectors import availability, tools
+from runner.collectors.base import KINDS, Unavailable
+from runner.collectors.run import start_platform
 from tests import fakeboard as fb
 from tests.helpers import REPO, run_cli, wait_for
 
@@ -91,8 +93,9 @@ def test_collector_options_are_validated(tmp_path: Path) -> None:
 
 def test_snapshotter_writes_a_first_and_a_last_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fb.jetson_tree(tmp_path / "root")
-    monkeypatch.setattr(probe, "ROOT", str(tmp_path / "root"))
-    running, skipped = pc.start({"vmstat": {"period_ms": 10_000}, "thermal": {"period_ms": 10_000}}, str(tmp_path))
+    monkeypatch.setattr(sysroot, "ROOT", str(tmp_path / "root"))
+    running, skipped = start_platform({"vmstat": {"period_ms": 10_000}, "thermal": {"period_ms": 10_000}},
+                                      str(tmp_path))
     assert skipped == {}
     assert [item.stop() for item in running] == [None, None]
     rows = parse("vmstat", (tmp_path / "vmstat.txt").read_bytes())
@@ -104,14 +107,14 @@ def test_snapshotter_writes_a_first_and_a_last_sample(tmp_path: Path, monkeypatc
 
 def test_required_unavailable_collector_is_an_error_in_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    ) -> None:
-    monkeypatch.setattr(probe, "ROOT", str(tmp_path))  # an empty tree: no /proc/pressure
-    with pytest.raises(pc.Unavailable, match="collector psi: /proc/pressure"):
-        pc.start({"psi": {"period_ms": 100}}, str(tmp_path))
+    monkeypatch.setattr(sysroot, "ROOT", str(tmp_path))  # an empty tree: no /proc/pressure
+    with pytest.raises(Unavailable, match="collector psi: /proc/pressure"):
+        start_platform({"psi": {"period_ms": 100}}, str(tmp_path))
 
 
 def test_tegrastats_tool_process_is_stopped_by_sigterm(tmp_path: Path) -> None:
     bindir = fb.jetson_tools(tmp_path / "bin")
-    proc = pc.ToolProcess("tegrastats", [str(bindir / "tegrastats"), "--interval", "20", "--logfile",
+    proc = tools.ToolProcess("tegrastats", [str(bindir / "tegrastats"), "--interval", "20", "--logfile",
                                          str(tmp_path / "t.log")], str(tmp_path / "t.log"), False)
     proc.start()
     pid = proc.proc.pid
@@ -178,9 +181,9 @@ def test_every_collector_has_a_registered_parser() -> None:
     from harness.collectors import COLLECTORS
     from harness.parsers import PARSERS
 
-    assert set(pc.KINDS) <= set(COLLECTORS)
-    assert all(COLLECTORS[kind].parser in PARSERS for kind in pc.KINDS)
-    assert (REPO / "runner" / "platform_collectors.py").exists()
+    assert set(KINDS) <= set(COLLECTORS)
+    assert all(COLLECTORS[kind].parser in PARSERS for kind in KINDS)
+    assert (REPO / "runner" / "collectors" / "base.py").exists()
 
 
 def test_powermetrics_is_stopped_with_sigint_and_its_output_parses(tmp_path: Path,
@@ -199,7 +202,7 @@ except KeyboardInterrupt:
 """)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    proc = pc._process("powermetrics", {"period_ms": 1000}, str(tmp_path))
+    proc = tools.tool_process("powermetrics", {"period_ms": 1000}, str(tmp_path))
     proc.start()
     # wait until the first sample is on disk, then stop (no time is asserted); the fake's sleep(60) is only its
     # "samples until interrupted" body: the SIGINT below ends it
@@ -227,7 +230,7 @@ def test_a_run_shorter_than_one_period_gives_no_rows_not_an_error(tmp_path: Path
 
 def test_blockstat_where_there_is_no_sys_block_is_refused_before_any_run(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(probe, "ROOT", str(tmp_path))  # a tree without /sys/block, as on macOS
-    assert pc.availability()["blockstat"] == "no /sys/block here (on macOS collect iostat instead)"
-    monkeypatch.setattr(probe, "ROOT", "")
-    assert pc.availability()["blockstat"] is None  # this Linux machine has /sys/block
+    monkeypatch.setattr(sysroot, "ROOT", str(tmp_path))  # a tree without /sys/block, as on macOS
+    assert availability.availability()["blockstat"] == "no /sys/block here (on macOS collect iostat instead)"
+    monkeypatch.setattr(sysroot, "ROOT", "")
+    assert availability.availability()["blockstat"] is None  # this Linux machine has /sys/block

@@ -3,10 +3,10 @@ and collectors exist for the platform it names, and it plans."""
 
 from __future__ import annotations
 
+from harness.boards.inventory import load_targets
 from harness.boards.platforms import PLATFORMS
+from harness.campaign.resolve import load_resolved
 from harness.collectors import COLLECTORS
-from harness.config.experiment import load_experiment
-from harness.config.target import load_targets
 from tests.helpers import REPO, run_cli
 
 EXAMPLES = REPO / "targets" / "examples"
@@ -20,7 +20,7 @@ def test_example_targets_load_with_their_platforms() -> None:
 
 
 def test_example_experiment_uses_known_expectations_and_collectors() -> None:
-    experiment = load_experiment(EXPERIMENT).experiment
+    experiment = load_resolved(EXPERIMENT).experiment
     target = load_targets(EXAMPLES)[experiment.targets[0]]
     assert set(experiment.expect) <= set(PLATFORMS[target.platform].expectations)
     assert set(experiment.collectors()) <= set(COLLECTORS)

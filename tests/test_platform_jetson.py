@@ -11,7 +11,8 @@ import pytest
 from harness.boards.platforms import PLATFORMS
 from harness.boards.platforms.jetson import enrich
 from harness.parsers import ParseError, parse
-from runner import platform_probes, probe
+from runner import sysroot
+from runner.probes import jetson, linux
 from tests import fakeboard as fb
 from tests.helpers import FIXTURES, REPO, python_or_skip, run_cli
 
@@ -94,19 +95,19 @@ def test_unknown_expectation_is_a_usage_error(tmp_path: Path) -> None:
     assert "unknown expectation 'power_mod'" in done.stderr
 
 
-@pytest.mark.parametrize("gpu_dir", platform_probes.GPU_DEVFREQ_DIRS[:4])
+@pytest.mark.parametrize("gpu_dir", jetson.GPU_DEVFREQ_DIRS[:4])
 def test_gpu_devfreq_is_found_under_every_kernel_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         gpu_dir: str) -> None:
     fb.jetson_tree(tmp_path, gpu_dir=gpu_dir)
-    monkeypatch.setattr(probe, "ROOT", str(tmp_path))
-    found = platform_probes.gpu_devfreq()
+    monkeypatch.setattr(sysroot, "ROOT", str(tmp_path))
+    found = jetson.gpu_devfreq()
     assert found["gpu_devfreq_path"] == gpu_dir
     assert found["gpu_available_hz"] == fb.SUPER_GPU_TABLE and found["gpu_table_max_hz"] == 1_020_000_000
 
 
 def test_missing_gpu_devfreq_is_a_failed_gpu_expectation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(probe, "ROOT", str(tmp_path))
-    facts = enrich(platform_probes.linux_facts() | platform_probes.gpu_devfreq())
+    monkeypatch.setattr(sysroot, "ROOT", str(tmp_path))
+    facts = enrich(linux.linux_facts() | jetson.gpu_devfreq())
     [result] = PLATFORMS["jetson"].check({"gpu_max_hz": 1_020_000_000}, facts, None)
     assert not result.ok and "no GPU devfreq table readable" in result.message
 

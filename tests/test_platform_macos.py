@@ -16,17 +16,18 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from harness.boards.inventory import load_targets
 from harness.boards.platforms import PLATFORMS
 from harness.boards.platforms.macos import enrich
 from harness.boards.session import build_native_here, open_session
 from harness.campaign import runstate
-from harness.config.target import load_targets
 from harness.figures.report import not_cleared_lines
 from harness.parsers import ParseError, parse
 from harness.results.cachestate import cache_label
 from harness.results.ingest import run_row
-from runner import cache, platform_probes
-from runner.llama import make_cold
+from runner import pagecache
+from runner.probes import macos, platforms
+from runner.steps.pageout import make_cold
 from tests import fakeboard as fb
 
 MACOS = fb.DATA / "macos"
@@ -43,7 +44,7 @@ def mac_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_mac_facts_from_the_tools(mac_tools: Path) -> None:
-    facts = enrich(platform_probes.facts("macos"))
+    facts = enrich(platforms.facts("macos"))
     assert facts["mem_total_bytes"] == 68719476736
     assert (facts["performance_cores"], facts["efficiency_cores"]) == (8, 4)
     assert (facts["macos_version"], facts["macos_build"]) == ("15.7.4", "24G517")
@@ -58,7 +59,7 @@ def test_mac_facts_from_the_tools(mac_tools: Path) -> None:
 
 def test_a_missing_tool_leaves_the_fact_empty_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH
-    facts = enrich(platform_probes.macos_facts())
+    facts = enrich(macos.macos_facts())
     assert facts["macos_version"] is None and facts["sw_vers_error"] == "sw_vers not found on PATH"
     [result] = PLATFORMS["macos"].check({"mem_total_min": "8G"}, facts, None)
     assert not result.ok
@@ -70,9 +71,9 @@ def test_purge_not_allowed_means_the_cache_was_not_cleared(tmp_path: Path, monke
     fb.tool(bindir, "sudo", "import sys\nsys.stderr.write('sudo: a password is required\\n')\nsys.exit(1)\n")
     monkeypatch.setenv("PATH", str(bindir))
     monkeypatch.setattr(os, "geteuid", lambda: 501)  # a normal user, as on a Mac
-    record = platform_probes.drop_page_cache_macos()
+    record = macos.drop_page_cache_macos()
     assert record["cleared"] is False and "a password is required" in record["reason"]
-    facts = enrich(platform_probes.macos_facts())
+    facts = enrich(macos.macos_facts())
     [result] = PLATFORMS["macos"].check({"cache_drop": "purge"}, facts, None)
     assert not result.ok and "cold runs would NOT be cold" in result.message
 
@@ -83,7 +84,7 @@ def test_purge_as_root_clears(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     fb.tool(bindir, "purge", f"open({str(marker)!r}, 'w').close()\n")
     monkeypatch.setenv("PATH", str(bindir))
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    assert platform_probes.drop_page_cache_macos() == {"method": "purge", "cleared": True, "reason": None}
+    assert macos.drop_page_cache_macos() == {"method": "purge", "cleared": True, "reason": None}
     assert marker.exists()
 
 
@@ -163,16 +164,16 @@ def _as_mac(monkeypatch: pytest.MonkeyPatch, bindir: Path, *, root: bool, purge_
     fb.tool(bindir, "purge", evict)
     fb.tool(bindir, "sudo", "import sys\nsys.stderr.write('sudo: a password is required\\n')\nsys.exit(1)\n")
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(platform_probes, "detect", lambda: "macos")
+    monkeypatch.setattr(platforms, "detect", lambda: "macos")
     monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 501)
 
 
 def test_cold_on_macos_purges_then_verifies_with_mincore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          native_bin: str, warm_file: Path) -> None:
     _as_mac(monkeypatch, tmp_path / "bin", root=True, purge_evicts=warm_file)
-    state = cache.prepare(native_bin, "cold", [str(warm_file)])
+    state = pagecache.prepare(native_bin, "cold", [str(warm_file)])
     assert state["drop"] == {"method": "purge", "cleared": True, "reason": None}
-    assert state["before"][0]["resident_pct"] <= cache.COLD_MAX_PCT
+    assert state["before"][0]["resident_pct"] <= pagecache.COLD_MAX_PCT
     row = run_row({"run_id": "r1", "index": 0, "target": "mac", "step": "read", "cache": "cold", "round": 0,
                    "repeat": 0}, {"status": "ok", "cache": state})
     assert row["cache_cleared"] is True and row["cache_note"] is None
@@ -181,7 +182,7 @@ def test_cold_on_macos_purges_then_verifies_with_mincore(tmp_path: Path, monkeyp
 def test_cold_on_macos_without_purge_runs_and_says_the_cache_was_not_cleared(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_bin: str, warm_file: Path) -> None:
     _as_mac(monkeypatch, tmp_path / "bin", root=False, purge_evicts=warm_file)
-    state = cache.prepare(native_bin, "cold", [str(warm_file)])  # no CacheStateError: the run goes on
+    state = pagecache.prepare(native_bin, "cold", [str(warm_file)])  # no CacheStateError: the run goes on
     assert state["drop"]["cleared"] is False and state["drop"]["method"] is None
     assert "sudo -n purge is not allowed" in state["drop"]["reason"]
     assert "a password is required" in state["drop"]["reason"]
@@ -204,13 +205,13 @@ def test_cold_on_macos_without_purge_runs_and_says_the_cache_was_not_cleared(
 def test_a_purge_that_leaves_the_file_resident_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         native_bin: str, warm_file: Path) -> None:
     _as_mac(monkeypatch, tmp_path / "bin", root=True)  # purge "succeeds" but evicts nothing
-    with pytest.raises(cache.CacheStateError, match=r"still \d+\.\d % resident after purge"):
-        cache.prepare(native_bin, "cold", [str(warm_file)])
+    with pytest.raises(pagecache.CacheStateError, match=r"still \d+\.\d % resident after purge"):
+        pagecache.prepare(native_bin, "cold", [str(warm_file)])
 
 
 def test_linux_cold_record_is_unchanged(native_bin: str, warm_file: Path) -> None:
-    state = cache.prepare(native_bin, "cold", [str(warm_file)])
-    assert set(state) == {"condition", "before"} and state["before"][0]["resident_pct"] <= cache.COLD_MAX_PCT
+    state = pagecache.prepare(native_bin, "cold", [str(warm_file)])
+    assert set(state) == {"condition", "before"} and state["before"][0]["resident_pct"] <= pagecache.COLD_MAX_PCT
 
 
 @pytest.mark.parametrize("purge_on_path", [True, False])

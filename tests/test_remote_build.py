@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.boards.inventory import load_target
 from harness.boards.session import TargetSession, open_session
-from harness.config.target import load_target
 from harness.engines.errors import BuildError
 from harness.engines.llamacpp.build import BASE_CMAKE_FLAGS, cache_key, compiler_identity
 from harness.engines.llamacpp.remote import build_on_target

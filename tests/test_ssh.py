@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.boards.inventory import load_target
 from harness.boards.transports.ssh import SshTransport
-from harness.config.target import load_target
 from harness.errors import ConfigError, TargetError
 from harness.results.loader import load_result_set
 from tests.helpers import FILE_BYTES, SMALL, find_python, run_cli, wait_for

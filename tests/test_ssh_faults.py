@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.boards.inventory import load_targets
 from harness.boards.transports.ssh import SshTransport
-from harness.campaign.orchestrator import Campaign, verify_checksums
+from harness.campaign.orchestrator import Campaign
 from harness.campaign.plan import build_plan
+from harness.campaign.pull import verify_checksums
 from harness.config.experiment import load_experiment
-from harness.config.target import load_targets
 from harness.results.loader import load_result_set
 from tests.helpers import REPO, wait_for
 from tests.sshd import SshServer, sshd_unavailable

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.boards.inventory import load_target
 from harness.boards.lease import acquire, break_lease, show
 from harness.boards.transports.local import LocalTransport
 from harness.boards.transports.ssh import SshTransport
-from harness.config.target import load_target
 from harness.errors import TargetError
 from tests.helpers import REPO, run_cli, wait_for
 from tests.sshd import SshServer
@@ -184,7 +184,7 @@ def test_a_campaign_is_told_when_its_lease_is_lost(workdir: str) -> None:
 
 @pytest.mark.slow
 def test_the_local_machine_takes_no_lease_unless_asked(tmp_path: Path, workdir: str) -> None:
-    from harness.config.target import load_target
+    from harness.boards.inventory import load_target, wants_lease
 
     (tmp_path / "targets").mkdir()
     path = tmp_path / "targets" / "plain.yaml"
@@ -195,7 +195,7 @@ def test_the_local_machine_takes_no_lease_unless_asked(tmp_path: Path, workdir: 
         done = run_cli("run", str(tmp_path / "exp.yaml"), "--target", "plain", "--targets-dir", str(path.parent),
                        "--results", str(tmp_path / "r"), "--lease-wait", "0")
         assert done.returncode == 0, done.stdout + done.stderr
-        assert load_target(path).wants_lease is False
+        assert wants_lease(load_target(path)) is False
     finally:
         lease.release()
 

@@ -18,10 +18,11 @@ from typing import Any
 
 from harness.boards.transports import put_bytes
 from harness.config.experiment import EngineSpec, Experiment, SynthSpec
-from harness.engines.llamacpp.source import sha256_file
+from harness.engines import ENGINES
 from harness.errors import TargetError
 from harness.units import parse_size
 from runner import enginebuild
+from runner.util import sha256_file
 
 MODEL_CACHE = Path(os.environ.get("HARNESS_MODEL_CACHE", "~/.cache/harness/models")).expanduser()
 BUILD_CACHE = Path(os.environ.get("HARNESS_BUILD_CACHE", "~/.cache/harness/builds")).expanduser()
@@ -30,26 +31,16 @@ Say = Callable[[str], None]
 
 
 def engines_needed(experiment: Experiment, step_engines: set[str]) -> dict[str, EngineSpec]:
-    """Engines the steps use: as configured, or the default source when the experiment names none."""
-    return {name: experiment.engine.get(name, EngineSpec()) for name in sorted(step_engines)}
-
-
-def _engine_inputs(spec: EngineSpec, experiment_dir: Path) -> tuple[list[Path], list[str]]:
-    from harness.engines.llamacpp.build import CPU_NATIVE_FLAGS
-
-    patches = [(experiment_dir / p).resolve() for p in spec.patches]
-    return patches, list(spec.cmake) if spec.cmake is not None else list(CPU_NATIVE_FLAGS)
+    """Engines the steps use: as configured, with the engine's defaults where the experiment says nothing."""
+    return {name: ENGINES[name].spec(experiment.engine.get(name)) for name in sorted(step_engines)}
 
 
 def build_engines(engines: dict[str, EngineSpec], experiment_dir: Path, say: Say) -> dict[str, Any]:
-    """Build (or take from the cache) every engine; returns name -> BuildInfo."""
-    from harness.engines.llamacpp.build import build_llamacpp
-
+    """Build (or take from the cache) every engine, each by its registered builder; returns name -> build."""
     builds = {}
     for name, spec in engines.items():
-        patches, flags = _engine_inputs(spec, experiment_dir)
         say(f"engine {name}: building from {json.dumps(spec.source)} (cached after the first time)")
-        builds[name] = build_llamacpp(spec.source, flags, patches, cache_dir=BUILD_CACHE, log=say)
+        builds[name] = ENGINES[name].build(spec, experiment_dir, BUILD_CACHE, say)
     return builds
 
 
@@ -97,11 +88,9 @@ def prepare_target(session: Any, engines: dict[str, EngineSpec], models: dict[st
                    experiment_dir: Path, say: Say) -> None:
     """Build ``engines`` on the board and push ``models`` (file name -> (local path, description)) to it;
     fills ``session.engines`` and ``session.models``."""
-    from harness.engines.llamacpp.remote import build_on_target
-
     for name, spec in engines.items():
-        patches, flags = _engine_inputs(spec, experiment_dir)
-        session.engines[name] = build_on_target(session, spec.source, flags, patches, BUILD_CACHE / "sources", say)
+        session.engines[name] = ENGINES[name].build_on_target(session, spec, experiment_dir, BUILD_CACHE / "sources",
+                                                              say)
     for name, (path, info) in models.items():
         session.models[name] = push_file(session, Path(path), info["sha256"], say)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.boards.inventory import wants_lease
 from harness.boards.platforms import PLATFORMS, Platform
 from harness.boards.transports import Transport, connect
 from harness.config.target import Target
@@ -69,13 +70,13 @@ def open_session(target: Target, *, lease_for: str | None = None, lease_wait_s: 
     platform = PLATFORMS[target.platform]
     lease = None
     try:
-        if lease_for is not None and target.wants_lease:
+        if lease_for is not None and wants_lease(target):
             from harness.boards.lease import acquire
 
             lease = acquire(transport, target_name=target.name, python=target.python, workdir=target.workdir,
                             campaign=lease_for, wait_s=lease_wait_s, on_wait=on_wait)
-        if target.transport_kind == "local":
-            # The local target runs the runner straight from this checkout: nothing to deploy.
+        if transport.shares_controller_files:
+            # This machine runs the runner straight from this checkout: nothing to deploy.
             native_bin = build_native_here()
             return TargetSession(target, transport, platform, str(REPO_ROOT), str(native_bin), lease=lease)
         # Remote targets get the runner pushed to <workdir>/runner and built there (skipped when unchanged).

@@ -8,13 +8,12 @@ back to back inside a round.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config.experiment import LoadedExperiment
+from harness.config.experiment import LoadedExperiment, matrix_cells
 from harness.config.template import render
 from harness.config.validate import validate
 from harness.errors import ConfigError
@@ -66,11 +65,6 @@ class Plan:
 
 # More cells than a lab could measure in a month; a larger matrix is a typo or a hostile file.
 MAX_MATRIX_CELLS = 10_000
-
-
-def matrix_cells(matrix: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    keys = list(matrix)
-    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(matrix[k] for k in keys))]
 
 
 def _slug(value: Any) -> str:

@@ -4,13 +4,15 @@ Clocks and power modes can change under load (thermal throttling, a daemon re-ap
 so expectations are read back before and after each run, not once per campaign. The optional
 ``tj_below_c`` gate waits for the board to cool before a run, ``mem_available_min`` for memory to
 be given back (BigMoeOnEdge gates every cell on temperature and MemAvailable); each wait is
-recorded in the manifest entry of the run.
+recorded in the manifest entry of the run. This module only reads the board: ``before_run`` and ``after_run``
+give what they found as manifest fields, and the campaign records them.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from harness.errors import ExpectationError, TargetError
@@ -18,7 +20,7 @@ from harness.units import format_size, parse_size
 
 POLL_S = 5.0
 DEFAULT_TIMEOUT_S = 600.0
-_THERMAL = "import json; from runner import platform_probes as p; print(json.dumps(p.thermal_zones()))"
+_THERMAL = "import json; from runner.probes import linux as p; print(json.dumps(p.thermal_zones()))"
 
 
 def read_tj(session: Any) -> tuple[str | None, float | None]:
@@ -60,7 +62,7 @@ def wait_for_temperature(session: Any, expect: dict[str, Any], message: Any = No
             "waited_s": round(time.monotonic() - start, 3)}
 
 
-_MEMAVAIL = "from runner import probe; print(probe.meminfo().get('MemAvailable') or '')"
+_MEMAVAIL = "from runner.probes import machine; print(machine.meminfo().get('MemAvailable') or '')"
 
 
 def read_mem_available(session: Any) -> int | None:
@@ -109,7 +111,7 @@ def check(session: Any, expect: dict[str, Any], when: str) -> list[dict[str, Any
     return [r.__dict__ for r in results]
 
 
-_CACHE_DROP = "import json; from runner import platform_probes as p; print(json.dumps(p.cache_drop_method()))"
+_CACHE_DROP = "import json; from runner.probes import macos as p; print(json.dumps(p.cache_drop_method()))"
 
 
 def warn_cache_not_clearable(session: Any, run: Any, message: Any = None) -> str | None:
@@ -129,30 +131,34 @@ def warn_cache_not_clearable(session: Any, run: Any, message: Any = None) -> str
     return None if method else reason
 
 
-def before_run(session: Any, writer: Any, run: Any, expect: dict[str, Any], message: Any = None) -> None:
+def before_run(session: Any, run: Any, expect: dict[str, Any], message: Any = None) -> Iterator[dict[str, Any]]:
+    """What the board is found in before a run: fields for the run's manifest entry, each given as soon as it is
+    known (the campaign records it: a gate waited for stays recorded when a later wait is stopped). A failed
+    expectation gives the run's skipped status and error, then raises."""
     warn_cache_not_clearable(session, run, message)
     if not expect:
         return
     try:
         gate = wait_for_temperature(session, expect, message)
         if gate is not None:
-            writer.update_run(run.run_id, tj_gate=gate)
+            yield {"tj_gate": gate}
         mem_gate = wait_for_memory(session, expect, message)
         if mem_gate is not None:
-            writer.update_run(run.run_id, mem_gate=mem_gate)
+            yield {"mem_gate": mem_gate}
         check(session, expect, f"before run {run.run_id}")
     except ExpectationError as exc:
-        writer.update_run(run.run_id, status="skipped", error=str(exc))
+        yield {"status": "skipped", "error": str(exc)}
         raise
-    writer.update_run(run.run_id, expectations_before="ok")
+    yield {"expectations_before": "ok"}
 
 
-def after_run(session: Any, writer: Any, run: Any, expect: dict[str, Any]) -> None:
+def after_run(session: Any, run: Any, expect: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The expectations read back after a run, as a field for its manifest entry; a failure raises after it."""
     if not expect:
         return
     try:
         check(session, expect, f"after run {run.run_id}")
     except ExpectationError as exc:
-        writer.update_run(run.run_id, expectations_after=str(exc))
+        yield {"expectations_after": str(exc)}
         raise
-    writer.update_run(run.run_id, expectations_after="ok")
+    yield {"expectations_after": "ok"}

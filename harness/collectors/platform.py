@@ -1,5 +1,5 @@
 """Platform collectors, controller side: options, raw file, parser, table (runner side:
-``runner/platform_collectors.py``).
+``runner/collectors/``).
 
 ``optional: true`` lets a run go on without a collector that cannot run on a target (the reason is
 shown and kept in the run record); a required one that cannot run stops the campaign in preflight,
@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from harness.collectors import CollectorKind, Rows, register_collector
+from harness.collectors.base import CollectorKind, Rows, register_collector
 from harness.config.validate import StrictModel
 from harness.errors import ToolMissingError
 from harness.parsers import ParseError

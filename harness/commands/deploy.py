@@ -8,12 +8,12 @@ from typing import Any
 
 import typer
 
+from harness.boards.inventory import load_targets, select_targets
 from harness.boards.lease import DEFAULT_WAIT_S
 from harness.boards.prepare import build_engines, prepare_target
 from harness.boards.session import open_session
+from harness.campaign.resolve import load_resolved
 from harness.commands.common import TargetsDirOpt, console
-from harness.config.experiment import load_experiment
-from harness.config.target import load_targets, select_targets
 
 
 def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
@@ -57,7 +57,7 @@ def _experiment_needs(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, 
     from harness.campaign.plan import build_plan
     from harness.steps import STEPS
 
-    loaded = load_experiment(path)
+    loaded = load_resolved(path)
     exp = loaded.experiment
     step_engines = {STEPS[run.step].engine for run in build_plan(loaded).runs} - {None}
     models = {name: (str(p), info) for name, spec in exp.named_files().items() if spec.synth is not None

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import typer
 
+from harness.boards.inventory import load_targets, select_targets
 from harness.boards.lease import break_lease, describe, show
 from harness.boards.transports import connect
 from harness.commands.common import TargetsDirOpt, console
-from harness.config.target import Target, load_targets, select_targets
+from harness.config.target import Target
 
 lease_app = typer.Typer(no_args_is_help=True, help="Board leases: who holds a board; break a stuck lease.")
 

@@ -7,17 +7,17 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from harness.boards.inventory import load_targets, select_targets
 from harness.campaign.plan import build_plan
+from harness.campaign.resolve import load_resolved
 from harness.commands.common import TargetsDirOpt, console
-from harness.config.experiment import load_experiment
-from harness.config.target import load_targets, select_targets
 
 
 def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
          target: list[str] = typer.Option(None, "--target", "-t", help="target name or tag:X (repeatable)"),
          targets_dir: Path = TargetsDirOpt) -> None:
     """Dry run: list every run in its interleaved order, with an estimated duration."""
-    loaded = load_experiment(experiment)
+    loaded = load_resolved(experiment)
     chosen = select_targets(target or loaded.experiment.targets, load_targets(targets_dir), source=str(experiment))
     the_plan = build_plan(loaded)
     table = Table(title=f"{loaded.experiment.name}: {len(the_plan.runs)} runs per target", title_justify="left")

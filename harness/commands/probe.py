@@ -15,9 +15,9 @@ import typer
 import yaml
 from rich.table import Table
 
+from harness.boards.inventory import load_targets, select_targets
 from harness.boards.platforms import PLATFORMS
 from harness.commands.common import TargetsDirOpt, console
-from harness.config.target import load_targets, select_targets
 from harness.errors import ExpectationError, UsageError
 
 # Shown first in the table; everything else follows in name order (raw tool outputs last).
@@ -91,9 +91,9 @@ def probe(targets: list[str] = typer.Argument(..., help="target names or tag:X (
         raise UsageError(f"--format: expected table or json, got {fmt!r}")
     wanted: dict[str, Any] = {}
     if experiment is not None:
-        from harness.config.experiment import load_experiment
+        from harness.campaign.resolve import load_resolved
 
-        wanted.update(load_experiment(experiment).experiment.expect)
+        wanted.update(load_resolved(experiment).experiment.expect)
     wanted.update(parse_expect(expect))
     failures: list[str] = []
     for chosen in select_targets(targets, load_targets(targets_dir)):

@@ -10,12 +10,12 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from harness.boards.inventory import load_targets, select_targets
 from harness.boards.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.campaign.orchestrator import Campaign, CampaignResult, stopping
 from harness.campaign.plan import PlannedRun, build_plan
+from harness.campaign.resolve import load_resolved
 from harness.commands.common import ResultsOpt, TargetsDirOpt, console, frame_table
-from harness.config.experiment import load_experiment
-from harness.config.target import load_targets, select_targets
 from harness.errors import UsageError
 from harness.results.loader import find_result_set, load_result_set
 
@@ -90,7 +90,7 @@ def run(experiment: Path = typer.Argument(None, help="experiment YAML (omit with
     else:
         if experiment is None:
             raise UsageError("missing EXPERIMENT (a YAML file), or --resume SET")
-        loaded = load_experiment(experiment)
+        loaded = load_resolved(experiment)
         chosen = select_targets(target or loaded.experiment.targets, load_targets(targets_dir),
                                 source=str(experiment))
     the_plan = build_plan(loaded)
@@ -117,7 +117,7 @@ def _resume_inputs(name: str, results: Path, targets_dir: Path | None) -> tuple[
         raise UsageError(f"{path}: the set is complete; nothing to resume")
     original = Path(manifest["experiment"]["path"])
     same = original.exists() and hashlib.sha256(original.read_bytes()).hexdigest() == manifest["experiment"]["sha256"]
-    loaded = load_experiment(original if same else path / "experiment.yaml")
+    loaded = load_resolved(original if same else path / "experiment.yaml")
     chosen = select_targets([t["name"] for t in manifest["targets"]], load_targets(targets_dir), source=str(path))
     return path, loaded, chosen
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from harness.boards.inventory import load_targets, select_targets
 from harness.commands.common import TargetsDirOpt, console
-from harness.config.target import Target, load_targets, select_targets
+from harness.config.target import Target
 from harness.errors import HarnessError, UsageError
 
 targets_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
@@ -79,10 +80,12 @@ def _check(target: Target) -> tuple[str | None, str]:
 def trust(name: str = typer.Argument(..., help="target name"), targets_dir: Path = TargetsDirOpt,
           yes: bool = typer.Option(False, "--yes", "-y", help="accept without asking")) -> None:
     """Fetch an SSH target's host key, show its fingerprint, and add it to its known_hosts file."""
-    from harness.boards.transports.ssh import add_known_host, fetch_host_key, fingerprint
+    from harness.boards.transports import kind_of
+    from harness.boards.transports.ssh_hostkeys import fingerprint
+    from harness.boards.transports.ssh_trust import add_known_host, fetch_host_key
 
     (target,) = select_targets([name], load_targets(targets_dir))
-    if target.transport_kind != "ssh":
+    if not kind_of(target).has_host_key:
         raise UsageError(f"target {name}: transport {target.transport_kind} has no host key to trust")
     entry, key, known_hosts, known = fetch_host_key(target)
     if known:

@@ -1,11 +1,13 @@
 """The experiment YAML: what to run, where, in which order, with which collectors.
 
-Steps and collectors are validated against their registries (``harness.steps``,
-``harness.collectors``) so a new kind needs no change here.
+Pure data: this module validates the file's shape and nothing else. The names it holds (step kinds,
+collectors, engines) and the emulation block are checked against their registries later, by
+``harness.campaign.resolve``, so a new kind needs no change here.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -68,10 +70,11 @@ class FileSpec(StrictModel):
 
 
 class EngineSpec(StrictModel):
-    """How to build an engine: ``source`` ({sdist: ...} | {git: URL, commit: SHA} | {path: DIR}),
-    extra cmake flags, patches (paths relative to the experiment file)."""
+    """How to build an engine: ``source`` (for llama.cpp {sdist: ...} | {git: URL, commit: SHA} | {path: DIR};
+    none: the engine's default, filled in by ``harness.engines``), extra cmake flags, patches (paths relative
+    to the experiment file)."""
 
-    source: dict[str, str] = Field(default_factory=lambda: {"sdist": "llama-cpp-python==0.3.36"})
+    source: dict[str, str] | None = None
     cmake: list[str] | None = None
     patches: list[str] = Field(default_factory=list)
 
@@ -90,7 +93,7 @@ class Experiment(StrictModel):
     expect: dict[str, Any] = Field(default_factory=dict)
     model: str | FileSpec | None = None
     files: dict[str, FileSpec] = Field(default_factory=dict)
-    engine: dict[Literal["llama.cpp"], EngineSpec] = Field(default_factory=dict)
+    engine: dict[str, EngineSpec] = Field(default_factory=dict)  # engine name -> spec (names: harness.engines)
     matrix: dict[str, list[Scalar]] = Field(default_factory=dict)
     # the cell every other cell is compared with (same session, same round); default: the first cell
     baseline: dict[str, Scalar] | None = None
@@ -143,6 +146,12 @@ class Experiment(StrictModel):
         return {name: dict(cfg or {}) for name, cfg in self.collect.items()}
 
 
+def matrix_cells(matrix: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the matrix values (the cartesian product), in the matrix's key order."""
+    keys = list(matrix)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(matrix[k] for k in keys))]
+
+
 class LoadedExperiment:
     """An experiment plus the source it came from (for error lines and the manifest copy)."""
 
@@ -160,13 +169,6 @@ def load_experiment(path: Path) -> LoadedExperiment:
         if not _NAME.match(name) or ".." in name:
             raise doc.error(("files", name), f"file name {name!r} is not a plain name (letters, digits, '_', '-', "
                                              "'.'; no '/' or '..'): the harness creates it in its scratch directory")
-    # Check every step and collector against its registry now, so a typo fails before any run.
-    from harness.collectors import check_collectors
-    from harness.steps import check_steps
-
-    check_steps(experiment, doc)
-    check_collectors(experiment, doc)
-    from harness.emulation.controller import check_emulation
-
-    check_emulation(experiment, doc)
+    # steps, collectors, engines and emulation are checked against their registries by
+    # harness.campaign.resolve.resolve_experiment, before anything is planned or run
     return LoadedExperiment(experiment, doc, path, path.read_text(encoding="utf-8"))

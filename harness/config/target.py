@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from harness.config.validate import StrictModel, validate
-from harness.config.yamlsrc import load_yaml
+from harness.config.yamlsrc import YamlDoc, load_yaml
 from harness.errors import UsageError
 
 
@@ -37,35 +37,18 @@ class Target(StrictModel):
         return self.transport if isinstance(self.transport, str) else next(iter(self.transport))
 
     @property
-    def wants_lease(self) -> bool:
-        # boards are shared by controllers; this machine runs its own (test) campaigns side by side
-        return self.lease if self.lease is not None else self.transport_kind != "local"
-
-    @property
     def transport_options(self) -> dict[str, Any]:
         return {} if isinstance(self.transport, str) else dict(next(iter(self.transport.values())) or {})
 
 
-def load_target(path: Path) -> Target:
+def read_target(path: Path) -> tuple[Target, YamlDoc]:
+    """``targets/NAME.yaml`` as data (with its source, for error lines). Whether its platform and transport
+    exist is decided later, against their registries (harness.boards.inventory)."""
     doc = load_yaml(path)
     if not isinstance(doc.data, dict):
         raise doc.error((), "a target must be a mapping with platform, transport, workdir, ...")
     data = {"name": path.stem, **doc.data}
-    target = validate(Target, data, doc)
-    from harness.boards.platforms import PLATFORMS
-    from harness.boards.transports import TRANSPORTS
-    from harness.boards.transports import ssh as _ssh  # noqa: F401  (registers the ssh transport)
-
-    if target.platform not in PLATFORMS:
-        raise doc.error(("platform",), f"unknown platform {target.platform!r} (known: {', '.join(PLATFORMS)})")
-    if target.transport_kind not in TRANSPORTS:
-        raise doc.error(("transport",), f"unknown transport {target.transport_kind!r} "
-                        f"(known: {', '.join(TRANSPORTS)})")
-    if target.transport_kind == "ssh":
-        from harness.boards.transports.ssh import SshOptions
-
-        validate(SshOptions, target.transport_options, doc, ("transport", "ssh"))
-    return target
+    return validate(Target, data, doc), doc
 
 
 def default_targets_dir() -> Path:
@@ -74,11 +57,11 @@ def default_targets_dir() -> Path:
     return here if here.is_dir() else Path(__file__).resolve().parents[2] / "targets"
 
 
-def load_targets(directory: Path | None = None) -> dict[str, Target]:
+def target_files(directory: Path | None = None) -> list[Path]:
     directory = directory or default_targets_dir()
     if not directory.is_dir():
         raise UsageError(f"{directory}: no targets directory (expected targets/NAME.yaml files)")
-    return {t.name: t for t in (load_target(p) for p in sorted(directory.glob("*.yaml")))}
+    return sorted(directory.glob("*.yaml"))
 
 
 def select_targets(selectors: list[str], inventory: dict[str, Target], *, source: str = "") -> list[Target]:

@@ -3,25 +3,24 @@
 ``emulate: {memory: 512M, read_bytes_per_s: 600M, read_iops: 5000, read_ahead_kb: 128}`` (every key
 optional; values may be matrix templates such as ``"{read_ahead_kb}"``) runs each step in a fresh
 cgroup with that budget and sets the block device's read_ahead_kb for the run. The target side is
-``runner/emulate.py``; a machine that cannot do it refuses the experiment before a result set exists.
+``runner/emulation/``; a machine that cannot do it refuses the experiment before a result set exists.
+How runs show it (``emu_*`` columns, the figures' footer note) is ``harness.results.emulation``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import Field, field_validator
 
+from harness.config.experiment import matrix_cells
 from harness.config.template import render
 from harness.config.validate import StrictModel, validate
 from harness.config.yamlsrc import YamlDoc
 from harness.errors import EmulationError, TargetError
 from harness.units import format_size, parse_size
-
-if TYPE_CHECKING:  # frames come from the figures and reports; the CLI's start needs no pandas
-    import pandas as pd
 
 # smaller than this and not even the runner's reader starts: a typo (64k for 64M), not a budget
 MIN_MEMORY_BYTES = 4 << 20
@@ -48,7 +47,7 @@ class EmulateConfig(StrictModel):
         return value
 
     def runner_spec(self) -> dict[str, Any] | None:
-        """What ``runner/emulate.py`` reads: plain byte counts, plus what the user wrote."""
+        """What ``runner/emulation/`` reads: plain byte counts, plus what the user wrote."""
         spec = {
             "memory_bytes": None if self.memory is None else parse_size(self.memory),
             "read_bytes_per_s": None if self.read_bytes_per_s is None else parse_size(self.read_bytes_per_s),
@@ -89,7 +88,7 @@ def preflight(session: Any, experiment: Any, doc: YamlDoc, paths: list[str]) -> 
         wanted.update({k: 1 for k, v in spec.items() if v is not None and k != "requested"})
     if not wanted:
         return
-    argv = [session.python, "-m", "runner.emulate", "check", "--emulate", json.dumps(wanted),
+    argv = [session.python, "-m", "runner.emulation", "check", "--emulate", json.dumps(wanted),
             "--block-device", session.target.block_device or "auto"]
     for path in paths:
         argv += ["--file", path]
@@ -108,7 +107,7 @@ def repair(session: Any, spec: dict[str, Any], say: Callable[[str], None]) -> No
     if not spec.get("emulate"):
         return
     try:
-        done = session.transport.run([session.python, "-m", "runner.emulate", "repair"], cwd=session.runner_root,
+        done = session.transport.run([session.python, "-m", "runner.emulation", "repair"], cwd=session.runner_root,
                                      env={"HARNESS_EMULATE_DURABLE": f"{session.workdir}/state"}, timeout=60)
     except TargetError as exc:
         say(f"{session.target.name}: emulation repair failed ({exc}); the next run on it repairs")
@@ -119,72 +118,4 @@ def repair(session: Any, spec: dict[str, Any], say: Callable[[str], None]) -> No
 
 
 def _cells(experiment: Any) -> list[dict[str, Any]]:
-    from harness.campaign.plan import matrix_cells
-
     return matrix_cells(experiment.matrix)
-
-
-# ---------------------------------------------------------------------- results
-AT_LIMIT_FRACTION = 0.95
-_EFFECTIVE = ("memory_bytes", "memory_swap_bytes", "read_bytes_per_s", "read_iops", "read_ahead_kb")
-_STATS = ("memory_peak_bytes", "memory_failcnt", "oom_kill", "pgmajfault", "cache_bytes", "io_read_bytes",
-          "io_read_ios")
-
-
-def emulation_columns(record: dict[str, Any] | None) -> dict[str, Any]:
-    """``emu_*`` columns of the runs table: effective limits (read back from the kernel) and cgroup stats."""
-    repaired = (record or {}).get("emulation_repaired")
-    # this run first undid what a killed runner left changed (read_ahead_kb, a cgroup): worth seeing
-    row: dict[str, Any] = {"emu_repaired_run": repaired.get("from_run")} if repaired else {}
-    emu = (record or {}).get("emulation")
-    if not emu:
-        return row
-    row["emulated"] = True
-    backend = emu.get("backend") or {}
-    row["emu_backend"] = ",".join(f"{k}:{v}" for k, v in sorted(backend.items())) or None
-    effective, stats = emu.get("effective") or {}, emu.get("stats") or {}
-    for key in _EFFECTIVE:
-        row[f"emu_{key}"] = effective.get(key)
-    row["emu_read_ahead_kb_seen"] = emu.get("read_ahead_kb_seen")
-    row["emu_read_ahead_kb_original"] = emu.get("read_ahead_kb_original")
-    for key in _STATS:
-        row[f"emu_{key}"] = stats.get(key)
-    # whether the budget bound the run; failcnt can stay 0 on recent kernels even when it did
-    peak, limit = row.get("emu_memory_peak_bytes"), row.get("emu_memory_bytes")
-    row["emu_memory_at_limit"] = bool(peak >= AT_LIMIT_FRACTION * limit) if peak and limit else None
-    row["emu_cgroups_removed"] = emu.get("cgroups_removed")
-    if emu.get("teardown_errors"):
-        row["emu_teardown_errors"] = "; ".join(emu["teardown_errors"])
-    return row
-
-
-def _values(runs: pd.DataFrame, column: str, fmt: Callable[[Any], str]) -> str | None:
-    if column not in runs:
-        return None
-    import pandas as pd
-
-    seen = list(dict.fromkeys(v for v in runs[column] if pd.notna(v)))
-    return "|".join(fmt(v) for v in seen) if seen else None
-
-
-def emulation_note(runs: pd.DataFrame | None) -> str:
-    """'emulated: memory 512.0 MiB · read_ahead_kb 8192|128' for the runs a figure was made from ('' if none)."""
-    import pandas as pd
-
-    if runs is None or runs.empty or "emulated" not in runs:
-        return ""
-    runs = runs[runs["emulated"].fillna(False).astype(bool)]
-    if runs.empty:
-        return ""
-    parts = []
-    for label, column, fmt in (("memory", "emu_memory_bytes", format_size),
-                               ("read", "emu_read_bytes_per_s", lambda v: format_size(v) + "/s"),
-                               ("read IOPS", "emu_read_iops", lambda v: f"{v:.0f}"),
-                               ("read_ahead_kb", "emu_read_ahead_kb", lambda v: f"{v:.0f}")):
-        shown = _values(runs, column, fmt)
-        if shown:
-            parts.append(f"{label} {shown}")
-    versions = sorted({part.split(":")[1] for value in runs.get("emu_backend", pd.Series(dtype=object)).dropna()
-                       for part in str(value).split(",") if ":" in part})
-    how = f" (cgroup {'/'.join(versions)})" if versions else ""
-    return f"emulated{how}: " + (" · ".join(parts) if parts else "yes")

@@ -1,4 +1,8 @@
-"""Regenerate a result set's figures and report.md from its tables (never from raw files)."""
+"""Regenerate a result set's figures and report.md from its tables (never from raw files).
+
+The figures are every registered one (``harness.figures``) whose tables have rows; report.md names each
+of the others with the table it lacks.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.stats import pearson
-from harness.figures import storage as plots
-from harness.figures import streaming as streaming_plots
+from harness.figures import FIGURES, FigureContext
+from harness.figures.streaming import baseline_cell, cell_label, change_table, ok_requests
+from harness.parsers.fio import ordered_jobs
 from harness.results.cachestate import cache_label, not_cleared
 from harness.results.loader import ResultSet, load_result_set
+from harness.results.tables import BENCH, FIO, REQUESTS, RUNS
 
 MB = 1e6
 
@@ -23,7 +29,7 @@ def settings_line(manifest: dict[str, Any]) -> str:
 
 
 def fio_summary(rs: ResultSet) -> pd.DataFrame:
-    fio, runs = rs.table("fio"), rs.table("runs")
+    fio, runs = rs.table(FIO.name), rs.table(RUNS.name)
     if fio.empty:
         return pd.DataFrame()
     # only finished runs enter aggregates; a failed or interrupted run's partial output stays in the table
@@ -34,13 +40,13 @@ def fio_summary(rs: ResultSet) -> pd.DataFrame:
     out = data.groupby(["target", "cache", "job_name"]).agg(
         n=("read_mbps", "size"), mbps=("read_mbps", "mean"), sd=("read_mbps", "std"),
         iops=("read_iops", "mean"), p99_ms=("p99_ms", "mean")).reset_index()
-    order = {name: i for i, name in enumerate(plots._ordered_jobs(out["job_name"]))}
+    order = {name: i for i, name in enumerate(ordered_jobs(out["job_name"]))}
     out = out.sort_values(["target", "cache", "job_name"], key=lambda c: c.map(order) if c.name == "job_name" else c)
     return out.rename(columns={"job_name": "job", "mbps": "MB/s", "iops": "IOPS", "p99_ms": "p99 ms"})
 
 
 def read_summary(rs: ResultSet) -> pd.DataFrame:
-    runs = rs.table("runs")
+    runs = rs.table(RUNS.name)
     if runs.empty or "dev_read_bytes" not in runs:
         return pd.DataFrame()
     reads = runs[runs["step"] == "read"].copy()
@@ -58,9 +64,9 @@ def read_summary(rs: ResultSet) -> pd.DataFrame:
 
 def request_summary(rs: ResultSet) -> pd.DataFrame:
     """Per cell: decode tok/s and what the device did during decode (the seed article's per-request view)."""
-    runs, requests = rs.table("runs"), rs.table("requests")
+    runs, requests = rs.table(RUNS.name), rs.table(REQUESTS.name)
     params = list(rs.manifest.get("matrix") or {})
-    data = streaming_plots.ok_requests(runs, requests, params)
+    data = ok_requests(runs, requests, params)
     if data.empty:
         return pd.DataFrame()
     per_token = "decode_dev_read_bytes_per_token"
@@ -80,7 +86,7 @@ def request_summary(rs: ResultSet) -> pd.DataFrame:
 
 
 def bench_summary(rs: ResultSet) -> pd.DataFrame:
-    runs, bench = rs.table("runs"), rs.table("bench")
+    runs, bench = rs.table(RUNS.name), rs.table(BENCH.name)
     if bench.empty or "avg_tps" not in bench:
         return pd.DataFrame()
     params = list(rs.manifest.get("matrix") or {})
@@ -88,32 +94,38 @@ def bench_summary(rs: ResultSet) -> pd.DataFrame:
     data = bench[["run_id", "test", "avg_tps"]].merge(ok, on="run_id")
     if data.empty:
         return pd.DataFrame()
-    data["cell"] = data.apply(streaming_plots.cell_label, axis=1, params=params)
+    data["cell"] = data.apply(cell_label, axis=1, params=params)
     out = data.groupby(["test", "cell"], sort=False)["avg_tps"].agg(["size", "mean", "std"]).reset_index()
     return out.rename(columns={"size": "runs", "mean": "tok/s", "std": "sd"})
+
+
+def draw_figures(context: FigureContext) -> tuple[list[Path], list[str]]:
+    """Every registered figure whose tables have rows, in registry order; and one line per figure that was
+    not drawn, naming the table it lacks."""
+    figures: list[Path] = []
+    skipped: list[str] = []
+    for figure in FIGURES.values():
+        missing = figure.missing(lambda name: not context.table(name).empty)
+        if missing:
+            skipped.append(f"{figure.name}: not drawn, {missing}")
+        else:
+            figures += figure.draw(context)
+    return figures, skipped
 
 
 def render_report(path: Path, manifest: dict[str, Any] | None = None) -> list[Path]:
     rs = load_result_set(path)
     manifest = manifest or rs.manifest
-    set_id, settings = manifest["set_id"], settings_line(manifest)
-    out = rs.path / "figures"
-    runs = rs.table("runs")
-    figures: list[Path] = []
+    params = list(manifest.get("matrix") or {})
+    context = FigureContext(rs.table, rs.path / "figures", manifest["set_id"], settings_line(manifest), params,
+                            manifest.get("baseline"))
+    figures, skipped = draw_figures(context)
+    runs = rs.table(RUNS.name)
+    changes = pd.DataFrame()
     if not runs.empty:
-        params = list(manifest.get("matrix") or {})
-        requests, bench = rs.table("requests"), rs.table("bench")
-        figures += streaming_plots.decode_vs_device(runs, requests, params, out, set_id, settings)
-        figures += streaming_plots.decode_vs_fio(runs, requests, rs.table("fio"), params, out, set_id, settings)
-        baseline = streaming_plots.baseline_cell(runs, params, manifest.get("baseline"))
-        changes = streaming_plots.change_table(runs, requests, bench, params, baseline)
-        figures += streaming_plots.change_vs_baseline_figure(changes, params, out, set_id, settings, runs)
-        figures += plots.fio_ladder(runs, rs.table("fio"), out, set_id, settings)
-        figures += plots.timeline(runs, rs.table("blockstat"), out, set_id, settings)
-        figures += plots.read_accounting(runs, out, set_id, settings)
-        _write_markdown(rs, manifest, [f for f in figures if f.suffix == ".png"], changes)
-    else:
-        _write_markdown(rs, manifest, [], pd.DataFrame())
+        baseline = baseline_cell(runs, params, manifest.get("baseline"))
+        changes = change_table(runs, rs.table(REQUESTS.name), rs.table(BENCH.name), params, baseline)
+    _write_markdown(rs, manifest, [f for f in figures if f.suffix == ".png"], changes, skipped)
     return figures
 
 
@@ -133,8 +145,9 @@ def _table(frame: pd.DataFrame) -> str:
     return frame.to_markdown(index=False, floatfmt=".1f") if not frame.empty else "_no data_"
 
 
-def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path], changes: pd.DataFrame) -> None:
-    runs = rs.table("runs")
+def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path], changes: pd.DataFrame,
+                    skipped: list[str]) -> None:
+    runs = rs.table(RUNS.name)
     lines = [f"# {manifest['set_id']}", "",
              f"- experiment: `{manifest['experiment']['name']}` (sha256 {manifest['experiment']['sha256'][:12]})",
              f"- status: **{manifest.get('status')}**, started {manifest.get('started')}, "
@@ -157,7 +170,7 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
             lines.append(f"- `{run['run_id']}` {run['status']}: {run.get('error')}")
     requests = request_summary(rs)
     if not requests.empty:
-        points = streaming_plots.ok_requests(runs, rs.table("requests"), list(manifest.get("matrix") or {}))
+        points = ok_requests(runs, rs.table(REQUESTS.name), list(manifest.get("matrix") or {}))
         corr = pearson(points["decode_dev_mbps"], points["decode_tps"])
         lines += ["", "## Requests (llama-server): decode and the device", "", _table(requests), ""]
         if corr:
@@ -172,4 +185,6 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
     lines += ["", "## fio ladder", "", _table(fio_summary(rs)), "", "## Read baseline (block-stat accounting)", "",
               _table(read_summary(rs)), "", "## Figures", ""]
     lines += [f"![{f.stem}](figures/{f.name})" for f in figures]
+    if skipped:
+        lines += [""] + [f"- {line}" for line in skipped]
     (rs.path / "report.md").write_text("\n".join(lines) + "\n")

@@ -1,53 +1,18 @@
-"""Figures (DESIGN.md section 7) from a result set's tables. Each returns the paths it wrote.
-
-Every figure carries the set id and the settings it was made under in its PNG/SVG metadata and in
-a footer, so a figure that travels alone still says where it came from.
+"""Figures about the storage itself (docs/methodology.md section 7): the fio QD ladder, the run timeline of device
+throughput, and the read step's block-stat accounting. Each function returns the paths it wrote; each is
+registered (``harness.figures.base``) with the tables it needs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from harness import __version__  # noqa: E402
-from harness.emulation.controller import emulation_note  # noqa: E402
-from harness.steps.fio import LADDER  # noqa: E402
-
-MB = 1e6
-
-
-def _save(fig: Any, out_dir: Path, name: str, set_id: str, settings: str,
-          runs: pd.DataFrame | None = None) -> list[Path]:
-    """Footer and metadata; pass the runs the figure was made from so their board emulation shows."""
-    note = emulation_note(runs)
-    settings = f"{settings} · {note}" if note else settings
-    # the footer goes below everything already drawn (rotated tick labels reach under the axes)
-    fig.canvas.draw()
-    bottom = fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight()
-    fig.text(0.01, bottom - 0.01, f"{set_id} · {settings}", fontsize=6, color="0.4", ha="left", va="top")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for ext in ("png", "svg"):
-        path = out_dir / f"{name}.{ext}"
-        meta = {"Title": name, "Description": f"set {set_id}; {settings}"}
-        if ext == "png":
-            meta["Software"] = f"harness {__version__}"
-        fig.savefig(path, dpi=120, metadata=meta, bbox_inches="tight")
-        paths.append(path)
-    plt.close(fig)
-    return paths
-
-
-def _ordered_jobs(names: Iterable[str]) -> list[str]:
-    names = list(dict.fromkeys(names))
-    return sorted(names, key=lambda n: (LADDER.index(n) if n in LADDER else len(LADDER), n))
+from harness.figures.base import MB, FigureContext, register_figure, save
+from harness.parsers.fio import ordered_jobs
+from harness.results.tables import BLOCKSTAT, FIO, RUNS
 
 
 def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
@@ -59,7 +24,7 @@ def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str
         return []
     data["read_mbps"] = data["read_bw_bytes_per_s"] / MB
     stats = data.groupby(["target", "job_name", "cache"])["read_mbps"].agg(["mean", "std", "count"]).reset_index()
-    jobs = _ordered_jobs(stats["job_name"])
+    jobs = ordered_jobs(stats["job_name"])
     targets = list(dict.fromkeys(stats["target"]))
     caches = list(dict.fromkeys(stats["cache"]))
     fig, axes = plt.subplots(1, len(targets), figsize=(max(6, 1.4 * len(jobs)) * len(targets), 4), squeeze=False)
@@ -76,7 +41,7 @@ def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str
         ax.set_ylabel("read MB/s (mean ± sd)")
         ax.set_title(f"fio ladder on {target}")
         ax.legend(title="cache", fontsize=8)
-    return _save(fig, out_dir, "fio_ladder", set_id, settings, runs[runs["run_id"].isin(data["run_id"])])
+    return save(fig, out_dir, "fio_ladder", set_id, settings, runs[runs["run_id"].isin(data["run_id"])])
 
 
 def timeline(runs: pd.DataFrame, blockstat: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
@@ -105,7 +70,7 @@ def timeline(runs: pd.DataFrame, blockstat: pd.DataFrame, out_dir: Path, set_id:
                          xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="center", va="top",
                          color="0.3")
         ax1.set_title(f"run timeline on {target}")
-        figures += _save(fig, out_dir, f"timeline_{target}", set_id, settings, rs)
+        figures += save(fig, out_dir, f"timeline_{target}", set_id, settings, rs)
     return figures
 
 
@@ -123,4 +88,21 @@ def read_accounting(runs: pd.DataFrame, out_dir: Path, set_id: str, settings: st
     ax.set_xticks(range(len(reads)), reads["label"], rotation=60, ha="right", fontsize=6)
     ax.set_ylabel("device read bytes / file bytes")
     ax.set_title("block-stat accounting: cold ≈ 1, warm ≈ 0")
-    return _save(fig, out_dir, "read_accounting", set_id, settings, reads)
+    return save(fig, out_dir, "read_accounting", set_id, settings, reads)
+
+
+@register_figure("fio_ladder", needs=(RUNS, FIO))
+def _fio_ladder(context: FigureContext) -> list[Path]:
+    return fio_ladder(context.table(RUNS.name), context.table(FIO.name), context.out_dir, context.set_id,
+                      context.settings)
+
+
+@register_figure("timeline", needs=(RUNS, BLOCKSTAT))
+def _timeline(context: FigureContext) -> list[Path]:
+    return timeline(context.table(RUNS.name), context.table(BLOCKSTAT.name), context.out_dir, context.set_id,
+                    context.settings)
+
+
+@register_figure("read_accounting", needs=(RUNS,))
+def _read_accounting(context: FigureContext) -> list[Path]:
+    return read_accounting(context.table(RUNS.name), context.out_dir, context.set_id, context.settings)

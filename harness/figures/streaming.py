@@ -1,4 +1,4 @@
-"""Figures about expert streaming (DESIGN.md section 7, F1/F3/F4) from ``requests``, ``bench`` and ``fio``.
+"""Figures about expert streaming (docs/methodology.md section 7, F1/F3/F4) from ``requests``, ``bench`` and ``fio``.
 
 F1: decode tok/s against device MB/s during decode, one point per request, with Pearson r (the seed
 article found r = 0.90 over 8 requests). F3: decode-time device throughput placed against the fio
@@ -15,7 +15,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness.analysis.stats import change_vs_baseline, pearson
-from harness.figures.storage import MB, _ordered_jobs, _save
+from harness.figures.base import MB, FigureContext, register_figure, save
+from harness.parsers.fio import ordered_jobs
+from harness.results.tables import BENCH, FIO, REQUESTS, RUNS
 
 
 def cell_label(row: pd.Series, params: list[str]) -> str:
@@ -58,7 +60,7 @@ def decode_vs_device(runs: pd.DataFrame, requests: pd.DataFrame, params: list[st
     ax.set_ylabel("decode tok/s")
     ax.set_title(f"decode speed vs device throughput, {which} · {r_text}", fontsize=9)
     ax.legend(fontsize=7, title="cell", title_fontsize=7)
-    return _save(fig, out_dir, "decode_vs_device", set_id, settings, runs)
+    return save(fig, out_dir, "decode_vs_device", set_id, settings, runs)
 
 
 def decode_vs_fio(runs: pd.DataFrame, requests: pd.DataFrame, fio: pd.DataFrame, params: list[str],
@@ -71,7 +73,7 @@ def decode_vs_fio(runs: pd.DataFrame, requests: pd.DataFrame, fio: pd.DataFrame,
     ok_fio = ok_fio[ok_fio["cache"] == "cold"] if (ok_fio["cache"] == "cold").any() else ok_fio
     ladder = (ok_fio.assign(mbps=ok_fio["read_bw_bytes_per_s"] / MB).groupby("job_name")["mbps"]
               .agg(["mean", "std"]))
-    ladder = ladder.loc[_ordered_jobs(ladder.index)]
+    ladder = ladder.loc[ordered_jobs(ladder.index)]
     decode = data.groupby("cell", sort=False)["decode_dev_mbps"].agg(["mean", "std"])
     labels = [f"fio {j}" for j in ladder.index] + [f"decode {c}" for c in decode.index]
     means = list(ladder["mean"]) + list(decode["mean"])
@@ -83,7 +85,7 @@ def decode_vs_fio(runs: pd.DataFrame, requests: pd.DataFrame, fio: pd.DataFrame,
     ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=7)
     ax.set_ylabel("read MB/s (mean ± sd)")
     ax.set_title("device throughput while decoding vs fio on the same file (grey: fio ladder)", fontsize=9)
-    return _save(fig, out_dir, "decode_vs_fio", set_id, settings, runs)
+    return save(fig, out_dir, "decode_vs_fio", set_id, settings, runs)
 
 
 def baseline_cell(runs: pd.DataFrame, params: list[str], chosen: dict[str, Any] | None) -> dict[str, Any]:
@@ -134,4 +136,25 @@ def change_vs_baseline_figure(table: pd.DataFrame, params: list[str], out_dir: P
         ax.set_ylabel("change vs baseline, % (± sd over rounds)")
         ax.set_title(metric, fontsize=9)
     fig.suptitle("change vs the same-session baseline (grey); bar labels: mean tok/s", fontsize=9)
-    return _save(fig, out_dir, "change_vs_baseline", set_id, settings, runs)
+    return save(fig, out_dir, "change_vs_baseline", set_id, settings, runs)
+
+
+@register_figure("decode_vs_device", needs=(RUNS, REQUESTS))
+def _decode_vs_device(context: FigureContext) -> list[Path]:
+    return decode_vs_device(context.table(RUNS.name), context.table(REQUESTS.name), context.params,
+                            context.out_dir, context.set_id, context.settings)
+
+
+@register_figure("decode_vs_fio", needs=(RUNS, REQUESTS, FIO))
+def _decode_vs_fio(context: FigureContext) -> list[Path]:
+    return decode_vs_fio(context.table(RUNS.name), context.table(REQUESTS.name), context.table(FIO.name),
+                         context.params, context.out_dir, context.set_id, context.settings)
+
+
+@register_figure("change_vs_baseline", needs=(RUNS,), needs_any=(REQUESTS, BENCH))
+def _change_vs_baseline(context: FigureContext) -> list[Path]:
+    runs = context.table(RUNS.name)
+    baseline = baseline_cell(runs, context.params, context.baseline)
+    changes = change_table(runs, context.table(REQUESTS.name), context.table(BENCH.name), context.params, baseline)
+    return change_vs_baseline_figure(changes, context.params, context.out_dir, context.set_id, context.settings,
+                                     runs)

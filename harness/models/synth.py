@@ -15,6 +15,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,77 @@ def _solve_size(target: int, layers: int | None, ff: int | None, geo: dict[str, 
     return layers, ff
 
 
+def _checked_quant(quant: str, used: int, experts: int, hidden: int,
+                   ff: int | None) -> tuple[GGMLQuantizationType, LlamaFileType]:
+    """The GGML types of ``quant``, once the geometry is one llama.cpp can load (ModelError otherwise)."""
+    if quant not in QUANTS:
+        raise ModelError(f"unknown quant {quant!r}; choose one of {', '.join(QUANTS)}")
+    if not 1 <= used <= experts:
+        raise ModelError(f"need 1 <= used <= experts, got used={used}, experts={experts}")
+    if hidden < 64 or hidden % 64:
+        raise ModelError(f"hidden must be a positive multiple of 64 (attention heads of 64), got {hidden}")
+    if ff is not None and (ff < 32 or ff % 32):
+        raise ModelError(f"ff must be a positive multiple of 32 (quantization blocks), got {ff}")
+    return QUANTS[quant]
+
+
+def _geometry(experts: int, hidden: int) -> dict[str, int]:
+    head_dim = 64
+    heads = hidden // head_dim
+    kv_heads = max(1, heads // 4) if heads % 4 == 0 else heads  # GQA like Qwen3 where the head count allows
+    return {"experts": experts, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
+
+
+def _add_metadata(w: GGUFWriter, geo: dict[str, int], *, layers: int, ff: int, used: int, quant: str, seed: int,
+                  tokenizer: Any, context_length: int) -> None:
+    """The architecture keys, the description (every parameter) and the tokenizer."""
+    qtype, ftype = QUANTS[quant]
+    params = {"layers": layers, "experts": geo["experts"], "used": used, "hidden": geo["hidden"], "ff": ff,
+              "quant": quant, "seed": seed, "tokenizer": tokenizer.source}
+    w.add_name("harness synthetic qwen3moe")
+    w.add_description("harness synth_moe " + json.dumps(params, sort_keys=True))
+    w.add_file_type(int(ftype))
+    if qtype != GGMLQuantizationType.F16:
+        w.add_quantization_version(2)
+    w.add_context_length(context_length)
+    w.add_embedding_length(geo["hidden"])
+    w.add_block_count(layers)
+    w.add_head_count(geo["heads"])
+    w.add_head_count_kv(geo["kv_heads"])
+    w.add_key_length(geo["head_dim"])
+    w.add_value_length(geo["head_dim"])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_expert_count(geo["experts"])
+    w.add_expert_used_count(used)
+    w.add_expert_feed_forward_length(ff)
+    for key, kv in tokenizer.kv.items():
+        w.add_key_value(key, kv.value, kv.vtype, kv.sub_type)
+
+
+def _write_gguf(out: Path, specs: list[TensorSpec], seed: int, add_metadata: Callable[[GGUFWriter], None]) -> None:
+    """Metadata, tensor infos, then the tensors one at a time; the file appears under ``out`` only when whole."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # never leave a half-written file under the real name
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    w = GGUFWriter(tmp, ARCH)
+    try:
+        add_metadata(w)
+        for s in specs:
+            w.add_tensor_info(s.name, s.shape, np.dtype(np.float32), s.nbytes, raw_dtype=s.qtype)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        for s in specs:  # one tensor in memory at a time
+            _write_tensor(w, s, seed)
+        w.close()
+        os.replace(tmp, out)
+    except BaseException:
+        w.close()
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def synth_moe(
     out: Path,
     *,
@@ -209,20 +281,8 @@ def synth_moe(
     """
     t0 = time.monotonic()
     out = Path(out)
-    if quant not in QUANTS:
-        raise ModelError(f"unknown quant {quant!r}; choose one of {', '.join(QUANTS)}")
-    qtype, ftype = QUANTS[quant]
-    if not 1 <= used <= experts:
-        raise ModelError(f"need 1 <= used <= experts, got used={used}, experts={experts}")
-    if hidden < 64 or hidden % 64:
-        raise ModelError(f"hidden must be a positive multiple of 64 (attention heads of 64), got {hidden}")
-    if ff is not None and (ff < 32 or ff % 32):
-        raise ModelError(f"ff must be a positive multiple of 32 (quantization blocks), got {ff}")
-    head_dim = 64
-    heads = hidden // head_dim
-    kv_heads = max(1, heads // 4) if heads % 4 == 0 else heads  # GQA like Qwen3 where the head count allows
-    geo = {"experts": experts, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
-
+    qtype, _ = _checked_quant(quant, used, experts, hidden, ff)
+    geo = _geometry(experts, hidden)
     tokenizer = tok.from_gguf(Path(vocab)) if isinstance(vocab, (str, Path)) else tok.generated(vocab)
     n_vocab = tokenizer.n_vocab
     header = 24 + tokenizer.header_bytes() + 1024  # + architecture keys and description
@@ -234,52 +294,14 @@ def synth_moe(
     if layers < 1:
         raise ModelError(f"layers must be >= 1, got {layers}")
     specs = _plan(layers=layers, ff=ff, n_vocab=n_vocab, qtype=qtype, **geo)
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # never leave a half-written file under the real name
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    w = GGUFWriter(tmp, ARCH)
-    try:
-        params = {"layers": layers, "experts": experts, "used": used, "hidden": hidden, "ff": ff,
-                  "quant": quant, "seed": seed, "tokenizer": tokenizer.source}
-        w.add_name("harness synthetic qwen3moe")
-        w.add_description("harness synth_moe " + json.dumps(params, sort_keys=True))
-        w.add_file_type(int(ftype))
-        if qtype != GGMLQuantizationType.F16:
-            w.add_quantization_version(2)
-        w.add_context_length(context_length)
-        w.add_embedding_length(hidden)
-        w.add_block_count(layers)
-        w.add_head_count(heads)
-        w.add_head_count_kv(kv_heads)
-        w.add_key_length(head_dim)
-        w.add_value_length(head_dim)
-        w.add_layer_norm_rms_eps(1e-6)
-        w.add_rope_freq_base(1_000_000.0)
-        w.add_expert_count(experts)
-        w.add_expert_used_count(used)
-        w.add_expert_feed_forward_length(ff)
-        for key, kv in tokenizer.kv.items():
-            w.add_key_value(key, kv.value, kv.vtype, kv.sub_type)
-        for s in specs:
-            w.add_tensor_info(s.name, s.shape, np.dtype(np.float32), s.nbytes, raw_dtype=s.qtype)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_ti_data_to_file()
-        for s in specs:  # one tensor in memory at a time
-            _write_tensor(w, s, seed)
-        w.close()
-        os.replace(tmp, out)
-    except BaseException:
-        w.close()
-        tmp.unlink(missing_ok=True)
-        raise
-
+    _write_gguf(out, specs, seed, lambda w: _add_metadata(w, geo, layers=layers, ff=ff, used=used, quant=quant,
+                                                          seed=seed, tokenizer=tokenizer,
+                                                          context_length=context_length))
     expert = sum(s.nbytes for s in specs if s.is_expert)
     return SynthInfo(
         path=str(out), architecture=ARCH, quant=quant, layers=layers, experts=experts, used=used,
-        hidden=hidden, ff=ff, heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab_size=n_vocab,
-        tokenizer=tokenizer.source,
+        hidden=hidden, ff=ff, heads=geo["heads"], kv_heads=geo["kv_heads"], head_dim=geo["head_dim"],
+        vocab_size=n_vocab, tokenizer=tokenizer.source,
         seed=seed, file_bytes=out.stat().st_size, expert_bytes=expert,
         dense_bytes=sum(s.nbytes for s in specs) - expert, expert_bytes_per_token=expert * used // experts,
         target_bytes=target, seconds=round(time.monotonic() - t0, 2), tensors=specs,

@@ -1,16 +1,8 @@
-"""What every parser shares: the error type and turning bytes into numbered lines."""
+"""Helpers every parser shares: turning captured bytes into numbered lines and header fields."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-
-class ParseError(ValueError):
-    """Input that is not what the parser reads; the message says what is wrong and where."""
-
-    def __init__(self, message: str, *, line: int | None = None) -> None:
-        self.line = line
-        super().__init__(f"line {line}: {message}" if line is not None else message)
 
 
 def text_of(data: bytes | str) -> str:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import ParseError, header_fields, numbered_lines
+from ._common import header_fields, numbered_lines
+from .base import ParseError, register_parser
+from .sampler import HEADER, sampler_header
 
 SECTOR_BYTES = 512  # the stat file counts 512-byte sectors whatever the device's block size
 FIELDS = (
@@ -49,13 +51,15 @@ def _stat_row(values: list[int], line: int, t_ns: int | None, device: str | None
     return row
 
 
+@register_parser("blockstat")
 def parse_blockstat(data: bytes) -> list[dict[str, Any]]:
     """One row per stat line; ``t_ns`` and ``device`` are filled only under a sampler header."""
     rows: list[dict[str, Any]] = []
     sampler: dict[str, str] | None = None
     for number, line in numbered_lines(data):
         if line.startswith("#"):
-            fields = header_fields(line)
+            # a sampler header of another version is refused (bare stat lines need none)
+            fields = sampler_header(line, number) if line.startswith(HEADER) else header_fields(line)
             if "harness-sampler" in line and "mode" in fields:
                 if fields["mode"] != "block":
                     raise ParseError(f"sampler output is mode={fields['mode']}, not mode=block", line=number)
@@ -127,7 +131,7 @@ def _interval(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 def derive_intervals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-interval rates from consecutive timestamped samples (DESIGN section 5), per device."""
+    """Per-interval rates from consecutive timestamped samples (docs/methodology.md section 5), per device."""
     previous: dict[Any, dict[str, Any]] = {}
     out = []
     for row in rows:

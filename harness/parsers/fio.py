@@ -8,9 +8,29 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
-from ._common import ParseError, text_of
+from ._common import text_of
+from .base import ParseError, register_parser
+
+# The harness's named fio jobs, the seed article's QD ladder in ladder order: the fio step expands them into
+# job options, the output carries their names as ``job_name``, and tables and figures list jobs in this order.
+PRESETS: dict[str, dict[str, Any]] = {
+    "randread-64k-qd1": {"rw": "randread", "bs": "64k", "iodepth": 1},
+    "randread-64k-qd2": {"rw": "randread", "bs": "64k", "iodepth": 2},
+    "randread-64k-qd4": {"rw": "randread", "bs": "64k", "iodepth": 4},
+    "randread-128k-qd8": {"rw": "randread", "bs": "128k", "iodepth": 8},
+    "read-1m-seq": {"rw": "read", "bs": "1m", "iodepth": 4},
+}
+LADDER = list(PRESETS)
+
+
+def ordered_jobs(names: Iterable[str]) -> list[str]:
+    """Job names once each: the ladder's presets in ladder order first, then custom jobs by name."""
+    names = list(dict.fromkeys(names))
+    return sorted(names, key=lambda n: (LADDER.index(n) if n in LADDER else len(LADDER), n))
+
 
 # fio's defaults for options a job file may leave out (fio 3.x on Linux).
 DEFAULT_BS_BYTES = 4096
@@ -138,6 +158,7 @@ def _direction(prefix: str, block: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+@register_parser("fio")
 def parse_fio(data: bytes) -> list[dict[str, Any]]:
     """One row per fio job: settings, read (and write/trim when used) results, CPU, options."""
     doc = _load_json(data)

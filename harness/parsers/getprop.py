@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._common import ParseError, text_of
+from ._common import text_of
+from .base import ParseError, register_parser
 
 _PROP = re.compile(r"^\[([^\]]*)\]: \[(.*?)\]$", re.S | re.M)
 
 
+@register_parser("getprop")
 def parse_getprop(data: bytes) -> list[dict[str, Any]]:
     props = {key: value for key, value in _PROP.findall(text_of(data)) if key}
     if not props:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._common import ParseError, numbered_lines
+from ._common import numbered_lines
+from .base import ParseError, register_parser
 
 _HEAD = re.compile(r"^SOC family:\s*(\S+)\s+Machine:\s*(.+?)\s*$")
 _CPU = re.compile(r"^cpu(\d+):\s*(.*)$")
@@ -31,6 +32,7 @@ def _num(value: str | None) -> int | None:
     return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
+@register_parser("jetson-clocks")
 def parse_jetson_clocks(data: bytes) -> list[dict[str, Any]]:
     """One row: soc_family, machine, cpus (list per core), cpu_max_khz, gpu_*_hz, emc_*_hz, power_mode."""
     row: dict[str, Any] = {"soc_family": None, "machine": None, "cpus": [], "cpu_max_khz": None,

@@ -16,7 +16,8 @@ import json
 import re
 from typing import Any
 
-from ._common import ParseError, numbered_lines
+from ._common import numbered_lines
+from .base import ParseError, register_parser
 
 _CPU = re.compile(r"^CPU(\d+)$")
 
@@ -53,6 +54,7 @@ def _structured(record: dict[str, Any], row: dict[str, Any]) -> None:
         row[f"power_{column}_mw"], row[f"power_{column}_avg_mw"] = _pct(rail.get("power")), _pct(rail.get("avg"))
 
 
+@register_parser("jtop")
 def parse_jtop(data: bytes) -> list[dict[str, Any]]:
     rows = []
     for number, line in numbered_lines(data):

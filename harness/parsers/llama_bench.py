@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._common import ParseError, numbered_lines, text_of
+from ._common import numbered_lines, text_of
+from .base import ParseError, register_parser
 
 # Columns every row has, whatever the build printed (None when it lacks the key).
 _STANDARD = ("n_prompt", "n_gen", "n_depth", "n_threads", "load_mode", "build_commit", "model_filename")
@@ -59,6 +60,7 @@ def bench_row(item: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+@register_parser("llama-bench")
 def parse_llama_bench(data: bytes) -> list[dict[str, Any]]:
     """One row per llama-bench test (all of the build's keys kept); no results at all is an error."""
     rows = []

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._common import ParseError, numbered_lines, text_of
+from ._common import numbered_lines, text_of
+from .base import ParseError, register_parser
 
 _TIMINGS = ("prompt_n", "prompt_ms", "prompt_per_token_ms", "predicted_n", "predicted_ms",
             "predicted_per_token_ms", "cache_n", "draft_n", "draft_n_accepted")
@@ -54,6 +55,7 @@ def _objects(text: str) -> list[tuple[int, Any]]:
     return objects
 
 
+@register_parser("llama-server")
 def parse_llama_server(data: bytes) -> list[dict[str, Any]]:
     """Rows in input order with ``response`` = 0-based position among the responses that have timings."""
     rows = []

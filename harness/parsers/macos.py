@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._common import ParseError, numbered_lines
+from ._common import numbered_lines
+from .base import ParseError, register_parser
 from .snapshots import _with_deltas, snapshots
 
 _VM_HEADER = re.compile(r"page size of (\d+) bytes")
@@ -29,6 +30,7 @@ def _snake(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
+@register_parser("iostat")
 def parse_iostat(data: bytes) -> list[dict[str, Any]]:
     """One row per disk per sample: kb_per_transfer, tps, mb_per_s; sample 0 is the since-boot average.
 
@@ -78,6 +80,7 @@ def _vm_stat_row(lines: list[tuple[int, str]]) -> dict[str, Any]:
     return row
 
 
+@register_parser("vm_stat")
 def parse_vm_stat(data: bytes) -> list[dict[str, Any]]:
     """One row per ``vm_stat`` output (a plain capture or the runner's snapshots): page counters by
     snake_case name (``pages_free``, ``pages_stored_in_compressor``, ``swapins``...), page size,
@@ -92,6 +95,7 @@ def parse_vm_stat(data: bytes) -> list[dict[str, Any]]:
     return _with_deltas(rows, [k for k in cumulative if k in rows[-1]])
 
 
+@register_parser("powermetrics")
 def parse_powermetrics(data: bytes) -> list[dict[str, Any]]:
     """One row per ``*** Sampled system activity`` block: power_<cpu|gpu|ane|combined>_mw, cluster
     frequencies and residencies, GPU frequency, die temperatures (Intel), thermal pressure."""
@@ -134,12 +138,14 @@ def _key_values(data: bytes, what: str) -> dict[str, str]:
     return values
 
 
+@register_parser("sysctl")
 def parse_sysctl(data: bytes) -> list[dict[str, Any]]:
     """``sysctl NAME...`` / ``sysctl -a``: one row {name: value}, integers as ints."""
     values = _key_values(data, "sysctl output")
     return [{k: int(v) if v.lstrip("-").isdigit() else v for k, v in values.items()}]
 
 
+@register_parser("sw_vers")
 def parse_sw_vers(data: bytes) -> list[dict[str, Any]]:
     values = _key_values(data, "sw_vers output")
     if "ProductVersion" not in values:
@@ -151,6 +157,7 @@ def parse_sw_vers(data: bytes) -> list[dict[str, Any]]:
 _SIZE = re.compile(r"\((\d+) Bytes\)")
 
 
+@register_parser("diskutil")
 def parse_diskutil(data: bytes) -> list[dict[str, Any]]:
     """``diskutil info DISK``: one row with every field in snake_case, sizes in ``*_bytes``."""
     row: dict[str, Any] = {}

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._common import ParseError, numbered_lines
+from ._common import numbered_lines
+from .base import ParseError, register_parser
 
 
+@register_parser("membw")
 def parse_membw(data: bytes) -> list[dict[str, Any]]:
     rows = []
     for number, line in numbered_lines(data):

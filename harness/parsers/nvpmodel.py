@@ -8,7 +8,7 @@
     2
 
 The name alone is not enough: the same name maps to different ids on different boards, and on an
-Orin Nano the name can say MAXN_SUPER while the clock tables are not Super (DESIGN section 1).
+Orin Nano the name can say MAXN_SUPER while the clock tables are not Super (docs/methodology.md section 1).
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._common import ParseError, numbered_lines
+from ._common import numbered_lines
+from .base import ParseError, register_parser
 
 _MODE = re.compile(r"^NV Power Mode\s*:\s*(.+?)\s*$")
 _FAN = re.compile(r"^NV Fan Mode\s*:\s*(.+?)\s*$")
 _DEFAULT = re.compile(r"PM_CONFIG: DEFAULT=(.+)\((\d+)\)")
 
 
+@register_parser("nvpmodel")
 def parse_nvpmodel(data: bytes) -> list[dict[str, Any]]:
     """One row: mode_name, mode_id, fan_mode, default mode (verbose only) and NVPM messages."""
     row: dict[str, Any] = {"mode_name": None, "mode_id": None, "fan_mode": None,

@@ -9,6 +9,9 @@
 
 TABs separate the fields because ``comm`` may contain spaces. The macOS build (libproc) writes the same
 lines; its header adds ``source=libproc majflt=none`` (no per-thread fault count there: majflt is None).
+
+The header comes first and names the format's version: output of another version (a sampler built from other
+sources) or without the header is refused, never read as v1.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ._common import ParseError, header_fields, text_of
+from ._common import header_fields, text_of
+from .base import ParseError, register_parser
 
+SAMPLER_VERSION = "v1"  # the version runner/native/sampler.c writes in its header
+HEADER = "# harness-sampler"
 RECORD_FIELDS = 8
 # /proc/PID/task/TID/stat state letters (proc(5)); 'I' (idle kernel thread) only on kernel threads.
 STATES = set("RSDZTtXxIWPK")
@@ -30,16 +36,42 @@ def _int(value: str, name: str, line: int) -> int:
         raise ParseError(f"{name} is not an integer: {value!r}", line=line) from None
 
 
+def sampler_header(line: str, number: int) -> dict[str, str]:
+    """The fields of a ``# harness-sampler v1 ...`` header line; ParseError for a header of another version."""
+    words = line.split()
+    named = len(words) > 2 and words[:2] == ["#", "harness-sampler"] and "=" not in words[2]
+    version = words[2] if named else None
+    if version != SAMPLER_VERSION:
+        raise ParseError(f"sampler output of version {version or '(none)'}: this parser reads harness-sampler "
+                         f"{SAMPLER_VERSION} (header {line.strip()[:80]!r})", line=number)
+    return header_fields(line)
+
+
+def _require_header(text: str) -> None:
+    """The first non-blank line must be the sampler's header (its version is checked where it is read)."""
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if raw.strip():
+            if not raw.startswith(HEADER):
+                raise ParseError(f"no sampler header: expected '{HEADER} {SAMPLER_VERSION} mode=threads ...' "
+                                 f"first, found {raw.strip()[:80]!r}", line=number)
+            return
+    raise ParseError(f"no sampler header: the output is empty (expected '{HEADER} {SAMPLER_VERSION} "
+                     "mode=threads ...')")
+
+
+@register_parser("sampler-threads")
 def parse_sampler_threads(data: bytes) -> list[dict[str, Any]]:
     """One row per (sample instant, thread)."""
     rows = []
     pid: int | None = None
     majflt_known = True  # macOS (source=libproc) has no per-thread fault count: its header says majflt=none
-    for number, raw in enumerate(text_of(data).splitlines(), start=1):
+    text = text_of(data)
+    _require_header(text)
+    for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
         if raw.startswith("#"):
-            fields = header_fields(raw)
+            fields = sampler_header(raw, number) if raw.startswith(HEADER) else header_fields(raw)
             if "harness-sampler" in raw and "mode" in fields:
                 if fields["mode"] != "threads":
                     raise ParseError(f"sampler output is mode={fields['mode']}, not mode=threads",

@@ -1,6 +1,6 @@
 """Sampled kernel files: ``/proc/vmstat``, ``/proc/pressure/*``, thermal zones, power supplies.
 
-The runner writes them in one snapshot format (``runner/platform_collectors.py``)::
+The runner writes them in one snapshot format (``runner/collectors/snapshots.py``)::
 
     # harness-snapshots v1 kind=vmstat period_ms=100
     @ 123456789 1700000000.123456
@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._common import ParseError, numbered_lines
+from ._common import numbered_lines
+from .base import ParseError, register_parser
 
 Snapshot = tuple[int | None, float | None, list[tuple[int, str]]]
 
@@ -70,6 +71,7 @@ def _name_and_int(line: str, number: int, expected: str) -> tuple[str, int]:
     return parts[0], int(parts[1])
 
 
+@register_parser("vmstat")
 def parse_vmstat(data: bytes) -> list[dict[str, Any]]:
     """One row per snapshot: every counter, plus ``d_<counter>`` for reclaim/fault/refault counters."""
     rows = []
@@ -85,6 +87,7 @@ def parse_vmstat(data: bytes) -> list[dict[str, Any]]:
     return _with_deltas(rows, keys)
 
 
+@register_parser("psi")
 def parse_psi(data: bytes) -> list[dict[str, Any]]:
     """One row per snapshot: ``<res>_<some|full>_avg10_pct`` ... and ``<res>_<kind>_total_us`` (+ deltas).
 
@@ -109,6 +112,7 @@ def parse_psi(data: bytes) -> list[dict[str, Any]]:
     return _with_deltas(rows, sorted({k for row in rows for k in row if k.endswith("_total_us")}))
 
 
+@register_parser("thermal")
 def parse_thermal(data: bytes) -> list[dict[str, Any]]:
     """One row per snapshot: ``temp_<zone type>_c`` (millidegrees in sysfs; offline/negative kept as read)."""
     rows = []
@@ -121,6 +125,7 @@ def parse_thermal(data: bytes) -> list[dict[str, Any]]:
     return rows
 
 
+@register_parser("power")
 def parse_power(data: bytes) -> list[dict[str, Any]]:
     """One row per snapshot: per supply ``<name>_current_ua``, ``_voltage_uv`` and ``_power_mw`` (|I x V|)."""
     rows = []

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._common import ParseError, numbered_lines
+from ._common import numbered_lines
+from .base import ParseError, register_parser
 
 OFFLINE_C = -256.0  # tegrastats prints this for a sensor that is powered off
 
@@ -188,6 +189,7 @@ class _Line:
         return i
 
 
+@register_parser("tegrastats")
 def parse_tegrastats(data: bytes) -> list[dict[str, Any]]:
     """One row per tegrastats line; lists per CPU core; a line with nothing tegrastats-like fails."""
     rows = []

@@ -8,21 +8,14 @@ and every table and report line that shows its cache state says it was NOT clear
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pandas is imported where a frame is made: the steps use only cache_drop_columns
+from harness.parsers.cachedrop import NOT_CLEARED, cache_drop_columns
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made
     import pandas as pd
 
-NOT_CLEARED = "NOT cleared"
-
-
-def cache_drop_columns(drop: dict[str, Any] | None) -> dict[str, Any]:
-    """``cache_cleared`` and ``cache_note`` from a runner's purge record; nothing for a per-file drop."""
-    if drop is None:
-        return {}
-    cleared = bool(drop.get("cleared"))
-    return {"cache_cleared": cleared,
-            "cache_note": None if cleared else f"page cache {NOT_CLEARED}: {drop.get('reason')}"}
+__all__ = ["NOT_CLEARED", "cache_drop_columns", "cache_label", "not_cleared"]
 
 
 def not_cleared(frame: pd.DataFrame) -> pd.Series:

@@ -15,12 +15,13 @@ from typing import Any
 import pandas as pd
 
 from harness.collectors import COLLECTORS
-from harness.emulation.controller import emulation_columns
 from harness.parsers import ParseError
 from harness.parsers.blockstat import delta as blockstat_delta
 from harness.parsers.blockstat import parse_snapshot
 from harness.results.cachestate import cache_drop_columns
+from harness.results.emulation import emulation_columns
 from harness.results.store import disk_error
+from harness.results.tables import FACTS, RUNS, TABLES_DIR, table_file
 from harness.steps import STEPS
 
 Rows = list[dict[str, Any]]
@@ -82,7 +83,7 @@ def ingest_run(raw_dir: Path, planned: dict[str, Any]) -> dict[str, Rows]:
         record = json.loads(record_path.read_text()) if record_path.exists() else None
     except ValueError:
         record = None  # a pull cut short (a full disk): the run counts as not pulled; --resume pulls it again
-    tables: dict[str, Rows] = {"runs": [run_row(planned, record)]}
+    tables: dict[str, Rows] = {RUNS.name: [run_row(planned, record)]}
     if record is None:
         return tables
     sources = [(planned["step"], STEPS[planned["step"]])]
@@ -93,10 +94,10 @@ def ingest_run(raw_dir: Path, planned: dict[str, Any]) -> dict[str, Rows]:
             pieces.append(source.ingest(raw_dir, record))
         except (ParseError, ValueError) as exc:
             # a failed step often leaves partial output: keep the run, say what could not be read
-            errors = tables["runs"][0].setdefault("ingest_errors", [])
+            errors = tables[RUNS.name][0].setdefault("ingest_errors", [])
             errors.append(f"{name}: {exc}")
-    if "ingest_errors" in tables["runs"][0]:
-        tables["runs"][0]["ingest_errors"] = "; ".join(tables["runs"][0]["ingest_errors"])
+    if "ingest_errors" in tables[RUNS.name][0]:
+        tables[RUNS.name][0]["ingest_errors"] = "; ".join(tables[RUNS.name][0]["ingest_errors"])
     t0 = (record.get("step_started") or {}).get("mono_ns")
     for piece in pieces:
         for table, rows in piece.items():
@@ -119,7 +120,7 @@ def _frame(rows: Rows) -> pd.DataFrame:
 
 def write_tables(set_path: Path, manifest: dict[str, Any]) -> dict[str, int]:
     """(Re)build every table of a result set from its raw directories; return row counts."""
-    tables: dict[str, Rows] = {"runs": []}
+    tables: dict[str, Rows] = {RUNS.name: []}
     for planned in manifest["runs"]:
         raw_dir = set_path / "raw" / planned["target"] / planned["run_id"]
         for table, rows in ingest_run(raw_dir, planned).items():
@@ -130,16 +131,16 @@ def write_tables(set_path: Path, manifest: dict[str, Any]) -> dict[str, int]:
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
             facts.append({"target": target["name"], "key": key, "value": str(value)})
-    tables["facts"] = facts
-    out = set_path / "tables"
+    tables[FACTS.name] = facts
+    out = set_path / TABLES_DIR
     out.mkdir(exist_ok=True)
     counts = {}
     for name, rows in tables.items():
         # a temporary name, then the real one: a full disk never leaves a truncated table under its name
-        tmp = out / f".{name}.parquet.tmp"
+        tmp = out / f".{table_file(name)}.tmp"
         try:
             _frame(rows).to_parquet(tmp, index=False)
-            os.replace(tmp, out / f"{name}.parquet")
+            os.replace(tmp, out / table_file(name))
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise disk_error(exc, set_path) from None

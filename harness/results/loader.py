@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # pandas loads with the first table read: commands that only 
 
 from harness.errors import ResultSetError
 from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION
+from harness.results.tables import TABLES_DIR, table_file
 
 
 @dataclass
@@ -29,9 +30,10 @@ class ResultSet:
         return self.manifest.get("status") == "complete" and not self.path.name.endswith(INCOMPLETE_SUFFIX)
 
     def table(self, name: str) -> pd.DataFrame:
-        """A table as a DataFrame; an empty one when the set has no such data."""
+        """A table (by its name in ``harness.results.tables``) as a DataFrame; an empty one when the set has
+        no such data."""
         if name not in self._tables:
-            path = self.path / "tables" / f"{name}.parquet"
+            path = self.path / TABLES_DIR / table_file(name)
             import pandas as pd
 
             self._tables[name] = pd.read_parquet(path) if path.exists() else pd.DataFrame()

@@ -2,6 +2,9 @@
 
 An interrupted campaign therefore leaves a directory whose name and manifest both say
 "incomplete"; nothing ever looks complete that is not.
+
+The writer is shared by the campaign's target threads: every manifest change and every save takes the writer's
+own lock, so the file is always written from a manifest no other thread is halfway through changing.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import platform
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +47,8 @@ def git_revision(path: Path) -> str | None:
 
 class ResultSetWriter:
     def __init__(self, results_dir: Path, set_id: str) -> None:
-        self.results_dir, self.set_id = results_dir, set_id
-        self.final_path = results_dir / set_id
-        self.path = results_dir / (set_id + INCOMPLETE_SUFFIX)
+        """A new set: its ``.incomplete`` directory is made here (``start`` writes the first manifest)."""
+        self._name(results_dir, set_id)
         try:
             results_dir.mkdir(parents=True, exist_ok=True)
             self.path.mkdir()
@@ -57,6 +60,22 @@ class ResultSetWriter:
         for sub in ("raw", "tables", "figures"):
             (self.path / sub).mkdir()
         self.manifest: dict[str, Any] = {}
+
+    @classmethod
+    def reopen(cls, path: Path, manifest: dict[str, Any]) -> ResultSetWriter:
+        """The writer of an existing incomplete set, for --resume: nothing is made (the set exists)."""
+        writer = cls.__new__(cls)
+        writer._name(path.parent, manifest["set_id"])
+        writer.path, writer.manifest = path, manifest
+        return writer
+
+    def _name(self, results_dir: Path, set_id: str) -> None:
+        """What every writer has, new or reopened: its names and its lock."""
+        self.results_dir, self.set_id = results_dir, set_id
+        self.final_path = results_dir / set_id
+        self.path = results_dir / (set_id + INCOMPLETE_SUFFIX)
+        # target threads share the writer: manifest changes and saves take this (re-entrant: a change saves)
+        self.lock = threading.RLock()
 
     def start(self, *, experiment_name: str, experiment_path: Path, experiment_text: str,
               targets: list[dict[str, Any]], plan: list[dict[str, Any]]) -> None:
@@ -85,19 +104,37 @@ class ResultSetWriter:
 
     def save(self) -> None:
         """Write the manifest whole or not at all: a full disk leaves the last one intact (and no .tmp)."""
-        tmp = self.path / "manifest.json.tmp"
-        try:
-            tmp.write_text(json.dumps(self.manifest, indent=1, sort_keys=False, default=str) + "\n")
-            os.replace(tmp, self.path / "manifest.json")
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise disk_error(exc, self.path) from None
+        with self.lock:
+            tmp = self.path / "manifest.json.tmp"
+            try:
+                tmp.write_text(json.dumps(self.manifest, indent=1, sort_keys=False, default=str) + "\n")
+                os.replace(tmp, self.path / "manifest.json")
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise disk_error(exc, self.path) from None
 
-    def update_run(self, run_id: str, **fields: Any) -> None:
-        for run in self.manifest["runs"]:
-            if run["run_id"] == run_id:
-                run.update(fields)
-        self.save()
+    def update_run(self, run_id: str, *, target: str | None = None, **fields: Any) -> None:
+        """Update a run's entry and save. Run ids repeat across targets: with ``target`` only that target's
+        entry changes (without it, every entry with the id)."""
+        with self.lock:
+            for run in self.manifest["runs"]:
+                if run["run_id"] == run_id and target in (None, run.get("target")):
+                    run.update(fields)
+            self.save()
+
+    def update_target(self, name: str, **fields: Any) -> None:
+        """Update a target's entry (facts, expectations, what was deployed) and save."""
+        with self.lock:
+            for entry in self.manifest["targets"]:
+                if entry["name"] == name:
+                    entry.update(fields)
+            self.save()
+
+    def record_files(self, target: str, records: dict[str, Any]) -> None:
+        """Record the named data files a target's runs read (path, size, created or not) and save."""
+        with self.lock:
+            self.manifest["files"][target] = records
+            self.save()
 
     def raw_dir(self, target: str, run_id: str) -> Path:
         return self.path / "raw" / target / run_id

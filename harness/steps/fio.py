@@ -14,16 +14,9 @@ from pydantic import AfterValidator, Field
 
 from harness.config.validate import StrictModel
 from harness.parsers import parse
-from harness.steps import Rows, StepKind, register_step
+from harness.parsers.fio import LADDER, PRESETS
+from harness.steps.base import Rows, StepKind, register_step
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "randread-64k-qd1": {"rw": "randread", "bs": "64k", "iodepth": 1},
-    "randread-64k-qd2": {"rw": "randread", "bs": "64k", "iodepth": 2},
-    "randread-64k-qd4": {"rw": "randread", "bs": "64k", "iodepth": 4},
-    "randread-128k-qd8": {"rw": "randread", "bs": "128k", "iodepth": 8},
-    "read-1m-seq": {"rw": "read", "bs": "1m", "iodepth": 4},
-}
-LADDER = list(PRESETS)
 # Options the harness owns: a custom job may not override them (safety and comparability).
 _OWNED = {"filename", "readonly", "allow_file_create", "invalidate", "output-format", "output", "write_iolog", "name"}
 

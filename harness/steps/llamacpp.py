@@ -37,13 +37,13 @@ from pydantic import Field, field_validator, model_validator
 from harness.config.validate import StrictModel
 from harness.parsers import ParseError, parse
 from harness.parsers.blockstat import delta, parse_snapshot
+from harness.parsers.cachedrop import cache_drop_columns
 from harness.parsers.llama_bench import sample_rows
 from harness.parsers.llama_server import timings_row
-from harness.results.cachestate import cache_drop_columns
-from harness.steps import Rows, StepKind, register_step
+from harness.steps.base import Rows, StepKind, register_step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# as runner/cache.py: cold means at most 1 % of the model resident, warm at least 99 %
+# as runner/pagecache.py: cold means at most 1 % of the model resident, warm at least 99 %
 COLD_MAX_PCT, WARM_MIN_PCT = 1.0, 99.0
 Arg = str | int | float
 
@@ -241,7 +241,7 @@ def request_row(rec: dict[str, Any]) -> dict[str, Any]:
                            "t_end_ns": end["mono_ns"] if end else None}
     residency = rec.get("residency_before_pct")
     if rec.get("cache") == "cold":
-        # the DESIGN's bound for a cold start; where the kernel cannot page out a mapping, rows say so
+        # the methodology's bound for a cold start; where the kernel cannot page out a mapping, rows say so
         row["cold_reached"] = residency is not None and residency <= COLD_MAX_PCT
         row["pageout_error"] = (rec.get("pageout") or {}).get("error")
         row.update(cache_drop_columns((rec.get("pageout") or {}).get("cache_drop")))  # macOS: purge, allowed?

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 
 from harness.config.validate import StrictModel
-from harness.steps import Rows, StepKind, register_step
+from harness.steps.base import Rows, StepKind, register_step
 from harness.units import parse_size
 
 

@@ -1,5 +1,5 @@
 /*
- * cachectl — page-cache control for model files (harness runner, DESIGN.md §4 "Cache state is verified").
+ * cachectl — page-cache control for model files (harness runner, docs/methodology.md section 4 "Cache state is verified").
  *
  *   cachectl drop FILE...        posix_fadvise(POSIX_FADV_DONTNEED) on each whole file
  *   cachectl prefetch FILE...    read each file fully (1 MiB reads) so its pages are cached

@@ -1,6 +1,6 @@
 /*
  * sampler — fixed-period, low-overhead sampler of block-device stats or of one process's thread states
- * (harness runner, DESIGN.md §5). One mode per process.
+ * (harness runner, docs/methodology.md section 5). One mode per process.
  *
  *   sampler block DEV   [--period-ms 10] [--out FILE] [--root DIR]
  *   sampler threads PID [--period-ms 5]  [--out FILE] [--root DIR]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.boards.platforms import ExpectationResult, register_platform
 from harness.boards.platforms import checks as C
+from harness.boards.platforms.base import ExpectationResult, register_platform
 from harness.boards.platforms.linux import LinuxPlatform
 from harness.errors import TargetError
 from harness.parsers import ParseError, parse

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.boards.platforms import ExpectationResult
+from harness.boards.platforms.base import ExpectationResult
 
 # Waited for before each run instead of failing (runstate.before_run), recorded per run.
 GATES = {

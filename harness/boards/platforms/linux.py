@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.boards.platforms import ExpectationResult, Platform, register_platform
 from harness.boards.platforms import checks as C
+from harness.boards.platforms.base import ExpectationResult, Platform, register_platform
 from harness.errors import TargetError
 from harness.units import format_size, parse_size
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.boards.platforms import ExpectationResult, Platform, register_platform
+from harness.boards.platforms.base import ExpectationResult, Platform, register_platform
 from harness.boards.platforms.checks import check_platform
 from harness.parsers import ParseError, parse
 from harness.units import format_size, parse_size

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.boards.transports import CommandResult, register_transport
+from harness.boards.transports.base import CommandResult, register_transport, shell_file_size
 from harness.errors import TargetError
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 5037
@@ -42,6 +42,7 @@ def detached_command(argv: Sequence[str], cwd: str, log: str, env: dict[str, str
 
 class AdbTransport:
     name = "adb"
+    shares_controller_files = False
 
     def __init__(self, target: Any) -> None:
         from adbutils import AdbClient
@@ -128,6 +129,9 @@ class AdbTransport:
 
     def exists(self, remote: str) -> bool:
         return self.run(["test", "-e", remote]).returncode == 0
+
+    def file_size(self, remote: str) -> int | None:
+        return shell_file_size(self, remote)
 
     def start_detached(self, argv: Sequence[str], *, cwd: str, log: str,
                        env: dict[str, str] | None = None) -> int:

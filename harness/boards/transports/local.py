@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.boards.transports import CommandResult, register_transport
+from harness.boards.transports.base import CommandResult, register_transport
 from harness.errors import TargetError
 
 
 class LocalTransport:
     name = "local"
+    shares_controller_files = True
 
     def __init__(self, target: Any = None) -> None:
         # Detached children of this process: kept so that alive() can reap them (no zombies).
@@ -53,6 +54,10 @@ class LocalTransport:
 
     def exists(self, remote: str) -> bool:
         return Path(remote).exists()
+
+    def file_size(self, remote: str) -> int | None:
+        path = Path(remote)
+        return path.stat().st_size if path.is_file() else 0 if path.exists() else None
 
     def start_detached(self, argv: Sequence[str], *, cwd: str, log: str,
                        env: dict[str, str] | None = None) -> int:
@@ -96,6 +101,6 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-@register_transport("local")
+@register_transport("local", shares_controller_files=True, lease_by_default=False)
 def _factory(target: Any) -> LocalTransport:
     return LocalTransport(target)

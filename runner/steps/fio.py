@@ -1,12 +1,9 @@
-"""Steps on the target. Each takes the step spec the controller expanded and a RunContext."""
+"""The fio step: one INI job file, fio reading the file read-only."""
 
 import os
 import shutil
-import sys
 
-
-class StepFailed(Exception):
-    pass
+from runner.steps.base import StepFailed
 
 
 def _fio_value(key, value):
@@ -55,22 +52,3 @@ def run_fio(ctx, spec):
     proc = ctx.spawn(["fio", "--readonly", "--output-format=json", "--output=" + ctx.path("fio.json"), jobfile])
     ctx.wait(proc, spec["timeout_s"])
     return {"jobs": len(spec["jobs"])}
-
-
-def run_read(ctx, spec):
-    argv = [sys.executable, "-m", "runner.readfile", spec["file"], "--pattern", spec["pattern"],
-            "--bs", str(spec["bs_bytes"]), "--seed", str(spec["seed"]), "--out", ctx.path("read.json")]
-    runner_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = ctx.spawn(argv, name="read", env={"PYTHONPATH": runner_parent})
-    ctx.wait(proc, spec["timeout_s"])
-    return {}
-
-
-STEPS = {"fio": run_fio, "read": run_read}
-
-# llama.cpp steps live in runner/llama.py, which imports StepFailed from here: looked up at call time so
-# either module may be imported first.
-from runner import llama as _llama  # noqa: E402
-
-STEPS["llama-bench"] = lambda ctx, spec: _llama.run_llama_bench(ctx, spec)
-STEPS["llama-server"] = lambda ctx, spec: _llama.run_llama_server(ctx, spec)

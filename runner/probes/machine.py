@@ -1,6 +1,6 @@
-"""Facts about this machine and the state it is in at the start of a run.
+"""Facts about this machine (``python3 -m runner probe``) and the state it is in at the start of a run.
 
-Paths go through ``ROOT`` (like psutil's PROCFS_PATH) so tests can point the probe at a fake tree.
+Paths go through ``sysroot`` so tests can point the probe at a fake tree.
 """
 
 import glob
@@ -10,18 +10,14 @@ import shutil
 import socket
 import subprocess
 
+from runner import sysroot
+from runner.probes import blockdev, jetson, linux, platforms
 from runner.util import read_text
-
-ROOT = os.environ.get("HARNESS_SYSROOT", "")
-
-
-def _p(path):
-    return ROOT + path
 
 
 def meminfo():
     out = {}
-    for line in (read_text(_p("/proc/meminfo"), "") or "").splitlines():
+    for line in (read_text(sysroot.path("/proc/meminfo"), "") or "").splitlines():
         key, _, rest = line.partition(":")
         parts = rest.split()
         if parts:
@@ -32,7 +28,7 @@ def meminfo():
 
 def thermal():
     temps = {}
-    for zone in sorted(glob.glob(_p("/sys/class/thermal/thermal_zone*"))):
+    for zone in sorted(glob.glob(sysroot.path("/sys/class/thermal/thermal_zone*"))):
         name = (read_text(zone + "/type", "") or os.path.basename(zone)).strip()
         raw = (read_text(zone + "/temp", "") or "").strip()
         try:
@@ -42,10 +38,22 @@ def thermal():
     return temps
 
 
+def entry_clocks():
+    """GPU clock and cap (Jetson devfreq) and the highest CPU cap, for every run's entry state."""
+    out = {}
+    gpu = jetson.gpu_devfreq()
+    if gpu.get("gpu_devfreq_path"):
+        out["gpu_cur_freq_hz"], out["gpu_max_freq_hz"] = gpu["gpu_cur_freq_hz"], gpu["gpu_max_freq_hz"]
+    caps = [p["scaling_max_khz"] for p in linux.cpufreq_policies().values() if p.get("scaling_max_khz")]
+    if caps:
+        out["cpu_max_khz"] = max(caps)
+    return out
+
+
 def entry_state():
     """What a BigMoeOnEdge-style benchmark logs before every cell: memory, load, heat, clocks."""
     mem = meminfo()
-    load = (read_text(_p("/proc/loadavg"), "") or "").split()
+    load = (read_text(sysroot.path("/proc/loadavg"), "") or "").split()
     state = {
         "mem_available_bytes": mem.get("MemAvailable"),
         "mem_total_bytes": mem.get("MemTotal"),
@@ -53,51 +61,12 @@ def entry_state():
         "cached_bytes": mem.get("Cached"),
         "load1": float(load[0]) if load else None,
     }
-    freq = (read_text(_p("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"), "") or "").strip()
+    freq = (read_text(sysroot.path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"), "") or "").strip()
     state["cpu0_cur_khz"] = int(freq) if freq.isdigit() else None
     state.update(thermal())
     # clocks in effect at the start of the run (a throttled GPU or a lowered cap shows here)
-    from runner import platform_probes
-
-    state.update(platform_probes.entry_clocks())
+    state.update(entry_clocks())
     return state
-
-
-def block_device_of(path):
-    """The whole-disk block device (e.g. 'nvme0n1', 'vda') holding ``path``, or None."""
-    try:
-        dev = os.stat(path).st_dev
-    except OSError:
-        return None
-    link = _p("/sys/dev/block/%d:%d" % (os.major(dev), os.minor(dev)))
-    if not os.path.exists(link):
-        return None
-    real = os.path.realpath(link)
-    if os.path.exists(os.path.join(real, "partition")):
-        real = os.path.dirname(real)
-    return os.path.basename(real)
-
-
-def resolve_block_device(configured, files):
-    if configured and configured != "auto":
-        return configured
-    for path in files:
-        dev = block_device_of(path)
-        if dev:
-            return dev
-    return None
-
-
-def _block_facts(dev):
-    base = _p("/sys/block/%s" % dev)
-    facts = {"block_device": dev}
-    for key, rel in (("read_ahead_kb", "queue/read_ahead_kb"), ("rotational", "queue/rotational"),
-                     ("scheduler", "queue/scheduler"), ("logical_block_size", "queue/logical_block_size"),
-                     ("device_model", "device/model"), ("size_sectors", "size")):
-        value = read_text(os.path.join(base, rel))
-        if value is not None:
-            facts["block_" + key] = value.strip()
-    return facts
 
 
 def _version(argv):
@@ -114,11 +83,11 @@ def _version(argv):
 def facts(files=(), block_device="auto", tools=()):
     mem = meminfo()
     os_release = {}
-    for line in (read_text(_p("/etc/os-release"), "") or "").splitlines():
+    for line in (read_text(sysroot.path("/etc/os-release"), "") or "").splitlines():
         key, _, value = line.partition("=")
         os_release[key] = value.strip('"')
     cpu_model = None
-    for line in (read_text(_p("/proc/cpuinfo"), "") or "").splitlines():
+    for line in (read_text(sysroot.path("/proc/cpuinfo"), "") or "").splitlines():
         if line.lower().startswith(("model name", "hardware")):
             cpu_model = line.split(":", 1)[1].strip()
             break
@@ -133,23 +102,13 @@ def facts(files=(), block_device="auto", tools=()):
         "swap_total_bytes": mem.get("SwapTotal"),
         "python": platform.python_version(),
         "fio_version": _version(["fio", "--version"]),
-        "cgroup_v2": os.path.exists(_p("/sys/fs/cgroup/cgroup.controllers")),
+        "cgroup_v2": os.path.exists(sysroot.path("/sys/fs/cgroup/cgroup.controllers")),
     }
     for tool in tools:
         out["tool_" + tool] = shutil.which(tool)
-    dev = resolve_block_device(block_device, files)
+    dev = blockdev.resolve_block_device(block_device, files)
     if dev:
-        out.update(_block_facts(dev))
+        out.update(blockdev.block_facts(dev))
     # platform-specific facts (Jetson clocks, Android properties, macOS sysctl), auto-detected
-    from runner import platform_probes
-
-    out.update(platform_probes.facts())
+    out.update(platforms.facts())
     return out
-
-
-def blockstat_line(device):
-    """The raw /sys/block/DEV/stat line of ``device`` right now, or None."""
-    if not device:
-        return None
-    line = read_text(_p("/sys/block/%s/stat" % device))
-    return line.strip() if line else None

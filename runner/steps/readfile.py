@@ -1,4 +1,4 @@
-"""``python3 -m runner.readfile``: read a file once, sequentially or in a random block permutation.
+"""``python3 -m runner.steps.readfile``: read a file once, sequentially or in a random block permutation.
 
 Every block is read exactly once, so the byte count is known: the device must deliver about the
 file size when the cache is cold and about nothing when it is warm.
@@ -35,7 +35,7 @@ def read_file(path, pattern, bs, seed):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="runner.readfile")
+    parser = argparse.ArgumentParser(prog="runner.steps.readfile")
     parser.add_argument("file")
     parser.add_argument("--pattern", choices=("seq", "rand"), default="seq")
     parser.add_argument("--bs", type=int, default=1 << 20)

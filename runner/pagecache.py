@@ -1,4 +1,4 @@
-"""Cache state: prepared with the native ``cachectl`` and verified with mincore, never assumed.
+"""Page cache state of the run's files: prepared with the native ``cachectl`` and verified with mincore, never assumed.
 
 macOS has no per-file drop: a cold run there empties the whole page cache with ``purge`` (root or
 ``sudo -n``). Where that is not allowed the run goes on, because that is how the InferSSD Mac
@@ -9,7 +9,7 @@ import json
 import subprocess
 import time
 
-from runner import platform_probes
+from runner.probes import macos, platforms
 
 COLD_MAX_PCT = 1.0
 WARM_MIN_PCT = 99.0
@@ -39,8 +39,8 @@ def residency(native_bin, files):
 def drop(native_bin, files):
     """Evict ``files`` from the page cache. Returns None where that is per file (fadvise DONTNEED: Linux,
     Android); on macOS the purge record ``{"method", "cleared", "reason"}``."""
-    if platform_probes.detect() == "macos":
-        return platform_probes.drop_page_cache_macos()
+    if platforms.detect() == "macos":
+        return macos.drop_page_cache_macos()
     _cachectl(native_bin, "drop", files)
     return None
 

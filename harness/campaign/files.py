@@ -1,0 +1,126 @@
+"""Named data files on a target: resolve the ones given by path (they must exist; an engine's model must be a
+GGUF), place the synthetic models, create the ``create:`` ones in scratch, and remove what the campaign created."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from harness.boards.session import TargetSession
+from harness.campaign.context import CampaignContext
+from harness.errors import DiskFullError, TargetError, UsageError
+from harness.steps import STEPS
+
+
+def scratch_dir(ctx: CampaignContext, session: TargetSession) -> str:
+    return ctx.scratch or f"{session.workdir}/scratch/{ctx.set_id}"
+
+
+def existing_file_size(ctx: CampaignContext, session: TargetSession, name: str, path: str) -> int:
+    size = session.transport.file_size(path)
+    if size is None:
+        raise ctx.file_error(name, f"{path} does not exist on target {session.target.name}")
+    return size
+
+
+def engine_files(ctx: CampaignContext) -> set[str]:
+    """Named files an engine step loads as a model (they must be GGUF files)."""
+    return {name for run in ctx.plan.runs if STEPS[run.step].engine
+            for name in STEPS[run.step].files_read(run.cell.config)}
+
+
+def check_gguf(ctx: CampaignContext, session: TargetSession, name: str, path: str) -> None:
+    head = session.transport.run(["head", "-c", "4", path])
+    if head.stdout != b"GGUF":
+        raise ctx.file_error(name, f"{path} is not a GGUF file (it starts with {head.stdout[:4]!r}); "
+                                   "llama.cpp steps need a .gguf model")
+
+
+def check_existing(ctx: CampaignContext, session: TargetSession) -> None:
+    """Preflight: every file given by path is on the target, and an engine's model is a GGUF file."""
+    for name, spec in ctx.experiment.named_files().items():
+        if spec.path is not None:
+            existing_file_size(ctx, session, name, spec.path)
+            if name in engine_files(ctx):
+                check_gguf(ctx, session, name, spec.path)
+
+
+def prepare_files(ctx: CampaignContext, session: TargetSession,
+                  created: list[str]) -> tuple[dict[str, str], dict[str, Any]]:
+    """Resolve named files on the target; create the ``create:`` ones in scratch, each added to ``created`` as
+    soon as it exists (so that a failure on the next one still removes it). Returns (name -> path on the
+    target, the records for the manifest)."""
+    scratch = scratch_dir(ctx, session)
+    files: dict[str, str] = {}
+    records: dict[str, Any] = {}
+    for name, spec in ctx.experiment.named_files().items():
+        if spec.path is not None:
+            path = spec.path
+            records[name] = {"path": path, "size_bytes": existing_file_size(ctx, session, name, path),
+                             "created": False}
+        elif spec.synth is not None:
+            path, info = ctx.synth[name]
+            path = session.models.get(name, path)  # a board holds its pushed copy
+            records[name] = {"path": path, "size_bytes": info["file_bytes"], "created": False,
+                             "synth": spec.synth.model_dump()}
+        else:
+            path = f"{scratch}/{name}.bin"
+            ctx.progress.message(f"{session.target.name}: creating {name} ({spec.create}) in {scratch}")
+            create_file(ctx, session, path, spec.create_bytes)
+            created.append(path)
+            records[name] = {"path": path, "size_bytes": spec.create_bytes, "created": True}
+        files[name] = path
+    if session.transport.shares_controller_files:  # the file is here too: describe it
+        for record in records.values():
+            record.update(describe_model_file(Path(record["path"])))
+    return files, records
+
+
+def create_file(ctx: CampaignContext, session: TargetSession, path: str, size: int) -> None:
+    """The runner makes the file, marked as this campaign's (so that only this campaign removes it)."""
+    made = session.transport.run([session.python, "-m", "runner", "mkfile", path, str(size), "--owner", ctx.set_id],
+                                 cwd=session.runner_root)
+    said = made.stderr.decode(errors="replace").strip()
+    if made.returncode == 3:  # a file there that the harness did not make: never overwritten
+        raise UsageError(f"target {session.target.name}: {said.removeprefix('error: ')}")
+    if made.returncode == 4:  # no space: the set stays incomplete, and resumes once there is
+        raise DiskFullError(f"target {session.target.name}: {said.removeprefix('error: ')}; "
+                            f"free some space, then: harness run --resume {ctx.set_id}")
+    if made.returncode != 0:
+        raise TargetError(f"target {session.target.name}: cannot create {path}: {said[-200:]}")
+
+
+def remove_created(ctx: CampaignContext, session: TargetSession, created: list[str]) -> None:
+    """Delete the data files this campaign created, each checked by the runner first: inside the scratch
+    directory and marked as this campaign's. Anything else is left alone and said."""
+    for path in created:
+        done = session.transport.run([session.python, "-m", "runner", "rmfile", path, "--owner", ctx.set_id,
+                                      "--inside", scratch_dir(ctx, session)], cwd=session.runner_root)
+        if done.returncode != 0:
+            ctx.progress.message(f"{session.target.name}: {done.stderr.decode(errors='replace').strip()}")
+    if created and ctx.scratch is None:  # the default scratch dir is the harness's own: gone when empty
+        session.transport.run(["rmdir", scratch_dir(ctx, session)])
+
+
+def describe_model_file(path: Path) -> dict[str, Any]:
+    """What identifies a model file in a manifest: a quick hash and, for a GGUF, its layout summary.
+
+    The quick hash covers the size and the first and last MiB: enough to tell revisions apart without
+    reading 20 GB before every campaign.
+    """
+    digest = hashlib.sha256(str(path.stat().st_size).encode())
+    with open(path, "rb") as handle:
+        digest.update(handle.read(1 << 20))
+        handle.seek(max(0, path.stat().st_size - (1 << 20)))
+        digest.update(handle.read(1 << 20))
+        magic = (handle.seek(0), handle.read(4))[1]
+    out: dict[str, Any] = {"quick_sha256": digest.hexdigest()}
+    if magic == b"GGUF":
+        from harness.models.inspect import inspect_gguf
+
+        info = inspect_gguf(path)
+        out["gguf"] = {k: getattr(info, k) for k in (
+            "architecture", "name", "quant_types", "block_count", "expert_count", "expert_used_count",
+            "expert_bytes", "dense_bytes", "expert_bytes_per_token")}
+    return out

@@ -1,0 +1,52 @@
+"""What the controller sends the runner for one run (spec.json, the run spec of runner/contract.py), and how long
+the run may take."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.boards.session import TargetSession
+from harness.campaign.context import CampaignContext
+from harness.campaign.plan import PlannedRun
+from harness.collectors import COLLECTORS
+from harness.emulation import controller as emulation
+from harness.steps import STEPS
+from runner.contract import CONTRACT_VERSION
+
+# what a run may take beyond its step's own timeout (cache drop or prefetch of a big model, emulation set-up,
+# collectors starting and stopping) before the controller's watchdog stops it
+RUN_SLACK_S = 900.0
+
+
+def build_spec(ctx: CampaignContext, session: TargetSession, run: PlannedRun, files: dict[str, str],
+               remote_dir: str) -> dict[str, Any]:
+    step = STEPS[run.step]
+    return {
+        "contract": CONTRACT_VERSION,  # a runner of another major version refuses the spec (runner/contract.py)
+        "run_id": run.run_id, "set_id": ctx.set_id, "target": session.target.name,
+        "params": run.params, "cache": run.cache, "round": run.round, "repeat": run.repeat,
+        "cache_files": [files[name] for name in step.files_read(run.cell.config)],
+        "block_device": session.target.block_device,
+        "native_bin": session.native_bin,
+        "collectors": [COLLECTORS[name].runner_spec(cfg) for name, cfg in ctx.collectors.items()],
+        "step": {"kind": run.step, **step.runner_spec(run.cell.config, files, run.cache)},
+        "engines": engines_on(ctx, session),
+        "emulate": emulation.runner_spec(ctx.experiment, run.params, ctx.plan.experiment.doc),
+        "run_dir": remote_dir,
+    }
+
+
+def engines_on(ctx: CampaignContext, session: TargetSession) -> dict[str, Any]:
+    """Where the engine binaries are on this target: built there (boards) or here (local)."""
+    builds = session.engines or {name: build.to_dict() for name, build in ctx.builds.items()}
+    return {name: {"bin_dir": str(Path(next(iter(build["binaries"].values()))).parent),
+                   "commit": build.get("commit")} for name, build in builds.items()}
+
+
+def run_limit_s(ctx: CampaignContext, spec: dict[str, Any]) -> float:
+    """The watchdog's limit: run_timeout_s, or the step's own timeouts plus RUN_SLACK_S."""
+    if ctx.experiment.run_timeout_s is not None:
+        return ctx.experiment.run_timeout_s
+    step = spec["step"]
+    return float(step.get("timeout_s") or 3600.0) + float(step.get("health_timeout_s") or 0.0) + RUN_SLACK_S

@@ -1,0 +1,54 @@
+"""What every collector shares: the :class:`CollectorKind` base, the registry of collectors by name,
+and the check of an experiment's ``collect:`` block against that registry.
+
+A collector validates its options, tells the runner what to start, and turns the runner's raw output
+into table rows. The target side lives in ``runner/collectors/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.config.validate import StrictModel, validate
+from harness.parsers import parse
+
+Rows = list[dict[str, Any]]
+
+
+class CollectorKind:
+    name: ClassVar[str]
+    Config: ClassVar[type[StrictModel]]
+    table: ClassVar[str]
+    raw_file: ClassVar[str]
+    parser: ClassVar[str]
+
+    def runner_spec(self, config: Any) -> dict[str, Any]:
+        return {"kind": self.name, **config.model_dump()}
+
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        raw = run_dir / self.raw_file
+        if not raw.exists():
+            return {}
+        return {self.table: parse(self.parser, raw.read_bytes())}
+
+
+COLLECTORS: dict[str, CollectorKind] = {}
+
+
+def register_collector(cls: type[CollectorKind]) -> type[CollectorKind]:
+    COLLECTORS[cls.name] = cls()
+    return cls
+
+
+def collector_configs(experiment: Any, doc: Any) -> dict[str, StrictModel]:
+    configs: dict[str, StrictModel] = {}
+    for name, options in experiment.collectors().items():
+        if name not in COLLECTORS:
+            raise doc.error(("collect", name), f"unknown collector {name!r} (known: {', '.join(COLLECTORS)})")
+        configs[name] = validate(COLLECTORS[name].Config, options, doc, ("collect", name))
+    return configs
+
+
+def check_collectors(experiment: Any, doc: Any) -> None:
+    collector_configs(experiment, doc)

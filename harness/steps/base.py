@@ -1,0 +1,80 @@
+"""What every step shares: the :class:`StepKind` base, the registry of steps by name, and the
+structural check of an experiment's ``steps:`` list against that registry.
+
+The controller side of a step validates its config, expands it into a concrete spec for the runner
+(presets, file paths, cache-dependent options), estimates its duration, and turns the run directory
+the runner produced into table rows. The target side lives in ``runner/steps``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.config.validate import StrictModel
+
+Rows = list[dict[str, Any]]
+
+
+class StepKind:
+    name: ClassVar[str]
+    Config: ClassVar[type[StrictModel]]
+    required_tools: ClassVar[tuple[str, ...]] = ()  # programs the target must have for this step
+    engine: ClassVar[str | None] = None  # engine build the step runs (e.g. "llama.cpp"), made before the runs
+
+    def files_read(self, config: Any) -> list[str]:
+        """Named files (keys of the experiment's files) whose cache state the run controls."""
+        return [config.file] if getattr(config, "file", None) else []
+
+    def check(self, config: Any, experiment: Any) -> str | None:
+        """What is wrong with a validated config in this experiment (a policy, not a type), or None."""
+        return None
+
+    def estimate_s(self, config: Any, file_sizes: dict[str, int]) -> float:
+        raise NotImplementedError
+
+    def runner_spec(self, config: Any, files: dict[str, str], cache: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        """Table rows from one run directory (``run_id`` is added by the caller)."""
+        return {}
+
+
+STEPS: dict[str, StepKind] = {}
+
+
+def register_step(cls: type[StepKind]) -> type[StepKind]:
+    STEPS[cls.name] = cls()
+    return cls
+
+
+# Keys a step item may carry beside its kind: which matrix keys it varies over (the others stay at
+# the baseline cell's values) and a cache condition of its own.
+STEP_ITEM_KEYS = {"over", "cache"}
+_CACHES = ("cold", "warm", "both", "none")
+
+
+def step_kind(item: dict[str, Any]) -> str:
+    return next(key for key in item if key not in STEP_ITEM_KEYS)
+
+
+def check_steps(experiment: Any, doc: Any) -> None:
+    """Structural checks; the typed validation happens per matrix cell in ``harness.campaign.plan``."""
+    for index, item in enumerate(experiment.steps):
+        loc = ("steps", index)
+        kinds = [key for key in item if key not in STEP_ITEM_KEYS] if isinstance(item, dict) else []
+        if len(kinds) != 1:
+            raise doc.error(loc, "each step is a mapping with one key, the step kind, e.g. '- fio: {...}' "
+                                 "(optionally with over: [matrix keys] and cache:)")
+        kind = kinds[0]
+        if kind not in STEPS:
+            raise doc.error(loc + (kind,), f"unknown step {kind!r} (known: {', '.join(sorted(STEPS))})")
+        config = item[kind]
+        if config is not None and not isinstance(config, dict):
+            raise doc.error(loc + (kind,), "expected a mapping of step options")
+        over = item.get("over", list(experiment.matrix))
+        if not isinstance(over, list) or any(key not in experiment.matrix for key in over):
+            raise doc.error(loc + ("over",), f"expected a list of matrix keys (have: {', '.join(experiment.matrix)})")
+        if item.get("cache", "both") not in _CACHES:
+            raise doc.error(loc + ("cache",), f"expected one of {', '.join(_CACHES)}")

@@ -1,0 +1,98 @@
+"""The collectors of one run: platform collectors and the block sampler start before the step, the thread
+sampler when the step spawns its main process; all stop after the step.
+
+A collector that cannot run here is reported with the reason: optional ones are skipped (the run record says
+why), required ones fail the run before the step starts.
+"""
+
+import os
+
+from runner.collectors.availability import unavailable_reason
+from runner.collectors.base import KINDS, PROCESS_KINDS, CollectorError, Unavailable
+from runner.collectors.jetson_stats import JtopSampler
+from runner.collectors.sampler import Sampler
+from runner.collectors.snapshots import SNAPSHOTS, Snapshotter
+from runner.collectors.tools import tool_process
+
+
+def _platform_collector(kind, spec, run_dir):
+    """A started platform collector of ``kind`` (Unavailable when it cannot run here)."""
+    period = int(spec.get("period_ms", 1000))
+    reason = unavailable_reason(kind)
+    if reason:
+        raise Unavailable(reason)
+    if kind in PROCESS_KINDS:
+        item = tool_process(kind, spec, run_dir)
+    elif kind == "jtop":
+        item = JtopSampler(period, os.path.join(run_dir, "jtop.jsonl"))
+    else:
+        item = Snapshotter(kind, period, os.path.join(run_dir, kind + ".txt"), SNAPSHOTS[kind])
+    item.start()
+    return item
+
+
+def start_platform(specs, run_dir):
+    """Start every platform collector in ``specs`` (kind -> spec); return (running, skipped reasons)."""
+    running, skipped = [], {}
+    for kind, spec in specs.items():
+        if kind not in KINDS:
+            continue
+        try:
+            item = _platform_collector(kind, spec, run_dir)
+        except Unavailable as exc:
+            if spec.get("optional"):
+                skipped[kind] = str(exc)
+                continue
+            for item in running:
+                item.stop()
+            raise Unavailable("collector %s: %s" % (kind, exc)) from None
+        running.append(item)
+    return running, skipped
+
+
+class Collectors:
+    """Starts block-level samplers before the step and per-process ones when the step spawns."""
+
+    def __init__(self, specs, native_bin, run_dir, device):
+        self.specs = {spec["kind"]: spec for spec in specs}
+        self.native_bin, self.run_dir, self.device = native_bin, run_dir, device
+        self.running = []
+        self.errors = []
+
+    def _sampler(self, mode, subject, period_ms, name):
+        return Sampler([os.path.join(self.native_bin, "sampler"), mode, str(subject), "--period-ms",
+                        str(period_ms)], os.path.join(self.run_dir, name))
+
+    def start_global(self):
+        # platform collectors (tegrastats, vmstat, psi, thermal, power, iostat, vm_stat, powermetrics, jtop);
+        # an optional one that cannot run here is skipped and the run record says why
+        try:
+            started, skipped = start_platform(self.specs, self.run_dir)
+        except Unavailable as exc:
+            raise CollectorError(str(exc)) from None
+        self.running += started
+        self.errors += ["%s skipped (optional): %s" % item for item in sorted(skipped.items())]
+        spec = self.specs.get("blockstat")
+        if spec is None:
+            return
+        if not self.device:
+            raise CollectorError("blockstat: no block device found for the run's files; set block_device "
+                                 "in the target")
+        sampler = self._sampler("block", self.device, spec["period_ms"], "blockstat.txt")
+        sampler.start()
+        self.running.append(sampler)
+
+    def on_spawn(self, pid):
+        spec = self.specs.get("threads")
+        if spec is None or any(s.argv[1] == "threads" for s in self.running):
+            return  # thread sampling follows the step's first (main) process
+        sampler = self._sampler("threads", pid, spec["period_ms"], "threads.txt")
+        sampler.start()
+        self.running.append(sampler)
+
+    def stop_all(self):
+        while self.running:
+            error = self.running.pop().stop()
+            if error:
+                self.errors.append(error)
+        return self.errors

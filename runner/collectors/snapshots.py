@@ -1,0 +1,93 @@
+"""Files sampled by a Python thread: /proc/vmstat, /proc/pressure/*, thermal zones, power supplies, macOS vm_stat.
+
+Sampled files use one snapshot format, so the raw bytes stay the kernel's own::
+
+    # harness-snapshots v1 kind=vmstat period_ms=100
+    @ <monotonic ns> <wall s>
+    <verbatim lines of the source, prefixed with the source name where there are several>
+"""
+
+import glob
+import os
+import threading
+import time
+
+from runner import sysroot
+from runner.util import read_text, run_tool
+
+
+def _snapshot_vmstat():
+    return read_text(sysroot.path("/proc/vmstat"), "")
+
+
+def _snapshot_psi():
+    lines = []
+    for res in ("memory", "io", "cpu"):
+        for line in (read_text(sysroot.path("/proc/pressure/" + res), "") or "").splitlines():
+            lines.append("%s %s" % (res, line))
+    return "\n".join(lines) + "\n"
+
+
+def _snapshot_thermal():
+    lines = []
+    for zone in sorted(glob.glob(sysroot.path("/sys/class/thermal/thermal_zone*"))):
+        name = (read_text(zone + "/type", "") or os.path.basename(zone)).strip().replace(" ", "_")
+        temp = (read_text(zone + "/temp", "") or "").strip()
+        if temp:
+            lines.append("%s %s" % (name, temp))
+    return "\n".join(lines) + "\n"
+
+
+def _snapshot_power():
+    lines = []
+    for path in sorted(glob.glob(sysroot.path("/sys/class/power_supply/*"))):
+        current = (read_text(path + "/current_now", "") or "").strip()
+        voltage = (read_text(path + "/voltage_now", "") or "").strip()
+        if current:
+            lines.append("%s %s %s" % (os.path.basename(path), current, voltage or "-"))
+    return "\n".join(lines) + "\n"
+
+
+def _snapshot_vm_stat():
+    out, _err = run_tool(["vm_stat"], timeout=5)
+    return out or ""
+
+
+SNAPSHOTS = {"vmstat": _snapshot_vmstat, "psi": _snapshot_psi, "thermal": _snapshot_thermal,
+             "power": _snapshot_power, "vm_stat": _snapshot_vm_stat}
+
+
+class Snapshotter:
+    """A thread that appends a timestamped snapshot every period (drift-free schedule)."""
+
+    def __init__(self, kind, period_ms, out_path, take):
+        self.argv = ["snapshot", kind]  # the shape Collectors.on_spawn looks at
+        self.kind, self.period_s, self.out_path, self.take = kind, period_ms / 1000.0, out_path, take
+        self.stop_event, self.thread, self.error = threading.Event(), None, None
+
+    def start(self):
+        with open(self.out_path, "w") as out:
+            out.write("# harness-snapshots v1 kind=%s period_ms=%d\n" % (self.kind, round(self.period_s * 1000)))
+        self.thread = threading.Thread(target=self._loop, name="collector-" + self.kind, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        try:
+            with open(self.out_path, "a") as out:
+                due = time.monotonic()
+                while True:
+                    out.write("@ %d %.6f\n%s" % (time.monotonic_ns(), time.time(), self.take()))
+                    out.flush()
+                    due += self.period_s
+                    if self.stop_event.wait(max(0.0, due - time.monotonic())):
+                        break
+                # one last snapshot at the stop, so deltas cover the whole step
+                out.write("@ %d %.6f\n%s" % (time.monotonic_ns(), time.time(), self.take()))
+        except Exception as exc:  # noqa: BLE001 - reported in the run record, never kills the run
+            self.error = "%s sampler: %r" % (self.kind, exc)
+
+    def stop(self, timeout=5.0):
+        self.stop_event.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
+        return self.error

@@ -1,0 +1,173 @@
+"""The contract between controller and runner: the run spec (``spec.json``, written by the controller) and the
+run record (``run.json``, written by the runner), versioned together as ``CONTRACT_VERSION`` (major.minor).
+
+A minor version adds optional keys an older reader may ignore; a major version renames, removes or changes the
+meaning of a key. A reader refuses a document of another major version with one line (``incompatible``): the
+runner refuses such a spec (run.json says why, with status "failed"), the controller such a record. A document
+without ``contract`` is "0.0": it was written before the contract existed.
+
+The TypedDicts describe the keys (Python 3.8 ``typing.TypedDict``; nothing checks them at run time). The
+controller builds the spec in harness/campaign (``_spec``), the runner writes the record in runner/agent.py.
+"""
+
+from typing import Any, Dict, List, Optional, TypedDict, Union
+
+CONTRACT_VERSION = "1.0"
+
+_DOCUMENTS = {"runner": "run spec", "controller": "run record"}  # what each reader reads
+
+
+def _major(version):
+    """The major number of "major.minor" (None: missing, "0.0"), or None when it is not one."""
+    head = ("0.0" if version is None else str(version)).split(".", 1)[0].strip()
+    return int(head) if head.isdigit() else None
+
+
+def incompatible(version, reader):
+    """None when ``version`` (a document's ``contract``; None when it has none) has this contract's major
+    version, otherwise one line naming both versions.
+
+    ``reader`` is who reads the document: "runner" (a run spec) or "controller" (a run record).
+    """
+    if _major(version) == _major(CONTRACT_VERSION):
+        return None
+    shown = "0.0" if version is None else str(version)
+    return "%s contract %s is not readable by this %s (contract %d.x): deploy the matching runner" % (
+        _DOCUMENTS.get(reader, "document"), shown, reader, _major(CONTRACT_VERSION))
+
+
+# ----------------------------------------------------------------------------------------------- run spec
+
+class Clock(TypedDict):
+    wall: float  # time.time() on the target
+    mono_ns: int  # time.monotonic_ns() on the target: the axis every sample and snapshot is on
+
+
+class CollectorSpec(TypedDict, total=False):
+    kind: str  # blockstat, threads (native sampler); tegrastats, iostat, powermetrics, vmstat, psi, thermal, ...
+    period_ms: int
+    optional: bool  # platform collectors: skipped (and said why) where they cannot run, instead of failing
+
+
+class EmulateSpec(TypedDict, total=False):
+    memory_bytes: Optional[int]  # cgroup memory budget of the step, page cache included, no swap
+    read_bytes_per_s: Optional[int]  # cgroup read throttle on the run's block device
+    read_iops: Optional[int]
+    read_ahead_kb: Optional[int]  # the block device's read-ahead (machine-wide, restored after the run)
+    requested: Dict[str, Any]  # what the experiment wrote (sizes as text), for the record
+
+
+class EngineLocation(TypedDict, total=False):
+    bin_dir: str  # where the engine's binaries are on the target
+    commit: Optional[str]
+
+
+class FioStep(TypedDict):
+    kind: str  # "fio"
+    file: str
+    jobs: List[Dict[str, Any]]  # fio options by job, each with "name"; readonly=1 always
+    timeout_s: float
+
+
+class ReadStep(TypedDict):
+    kind: str  # "read"
+    file: str
+    pattern: str  # "seq" or "rand"
+    bs_bytes: int
+    seed: int  # the random block permutation's seed
+    timeout_s: float
+
+
+class LlamaBenchStep(TypedDict):
+    kind: str  # "llama-bench"
+    model: str  # the GGUF file on the target
+    args: List[Any]  # llama-bench arguments after -m MODEL
+    timeout_s: float
+
+
+class LlamaServerStep(TypedDict):
+    kind: str  # "llama-server"
+    model: str
+    args: List[Any]  # llama-server arguments after -m MODEL --host --port
+    prompts: List[str]
+    n_predict: int
+    requests_per_prompt: int
+    cache: str  # each request's cache condition: cold, warm or none
+    request: Dict[str, Any]  # extra /completion body keys
+    health_timeout_s: float
+    decode_window: Optional[List[int]]  # [a, b]: tokens a..b are snapshotted as the decode window
+    timeout_s: float
+
+
+StepSpec = Union[FioStep, ReadStep, LlamaBenchStep, LlamaServerStep]
+
+
+class _RunSpecKeys(TypedDict):
+    run_id: str
+    cache: str  # cold, warm or none: the state the cache files are brought into before the step
+    step: StepSpec  # what the step does: runner.steps.registry.STEPS[step["kind"]]
+
+
+class RunSpec(_RunSpecKeys, total=False):
+    """``spec.json``: one run, as the controller sends it."""
+
+    contract: str  # CONTRACT_VERSION of the controller that wrote it; missing: "0.0"
+    set_id: str  # the campaign's result set: marks every process of the run (runner.reap)
+    target: str
+    params: Dict[str, Any]  # the matrix cell
+    round: int
+    repeat: int
+    cache_files: List[str]  # files whose cache state is prepared and measured
+    block_device: Optional[str]  # "auto" (the device holding the cache files) or a name such as nvme0n1
+    native_bin: Optional[str]  # where cachectl and sampler are (default: runner/native/bin)
+    collectors: List[CollectorSpec]
+    engines: Dict[str, EngineLocation]  # by engine name, e.g. "llama.cpp"
+    emulate: Optional[EmulateSpec]  # None: no emulation
+    run_dir: str  # the directory the spec is in: <workdir>/runs/<set>/<run>
+
+
+# ----------------------------------------------------------------------------------------------- run record
+
+class RunnerInfo(TypedDict):
+    version: str  # runner.RUNNER_VERSION
+    pid: int
+    python: str
+    host: str
+
+
+class CacheRecord(TypedDict, total=False):
+    condition: str  # the spec's cache
+    before: List[Dict[str, Any]]  # cachectl residency rows: path, size_bytes, pages_resident, resident_pct, ...
+    drop: Dict[str, Any]  # macOS purge: method, cleared, reason (cleared false: the run was NOT cold)
+    after: List[Dict[str, Any]]  # residency after the step
+    after_error: str
+
+
+class _RunRecordKeys(TypedDict):
+    contract: str  # CONTRACT_VERSION of the runner that wrote it
+    run_id: Optional[str]
+    spec: Dict[str, Any]  # the RunSpec as read
+    status: str  # ok, failed (step, cache, collector or emulation refused; or a refused spec), interrupted, error
+    error: Optional[str]  # one line for failed and interrupted; "runner error: ..." for error
+    runner: RunnerInfo
+    started: Clock
+    ended: Clock
+
+
+class RunRecord(_RunRecordKeys, total=False):
+    """``run.json``: what happened, written with SHA256SUMS and then DONE, whatever happened."""
+
+    traceback: str  # status error: the runner's own bug
+    block_device: Optional[str]  # the device resolved for the run's files
+    strays_stopped: Dict[str, Any]  # processes an earlier, killed run of the set left: stopped, left
+    emulation_repaired: Dict[str, Any]  # what a dead runner's emulation had left changed, restored
+    emulation: Optional[Dict[str, Any]]  # settings, effective values, cgroups, stats; None: no emulation
+    entry_state: Dict[str, Any]  # memory, load, heat, clocks, device_inflight before the step
+    cache: CacheRecord
+    blockstat_before: Optional[str]  # /sys/block/DEV/stat lines around the step
+    blockstat_after: Optional[str]
+    step_started: Clock
+    step_ended: Clock
+    summary: Dict[str, Any]  # what the step returned (counts; the step's files hold the measurements)
+    collector_errors: List[str]  # collectors that failed or were skipped (optional), one line each
+    rusage: Dict[str, Dict[str, Any]]  # by process name: majflt, minflt, storage_read_bytes, utime_s, stime_s, ...

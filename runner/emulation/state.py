@@ -1,0 +1,86 @@
+"""What a runner's emulation changed, kept on disk until it is undone, so a runner killed outright can be repaired.
+
+- ``state.json``: read_ahead_kb's original value while a run has changed it (written and removed under the
+  machine-wide lock); a second copy in the workdir (``DURABLE_ENV``) survives a lost /run.
+- ``run-PID.json``: the cgroups of one live runner, removed with them.
+
+The state lives in /run (cleared at reboot, exactly when the kernel resets the setting), not in one workdir: any
+runner on the machine must be able to repair it.
+"""
+
+import json
+import os
+import tempfile
+
+from runner.emulation.cgroup import read, write
+
+DURABLE_ENV = "HARNESS_EMULATE_DURABLE"
+
+
+def state_dir():
+    configured = os.environ.get("HARNESS_EMULATE_STATE")
+    if configured:
+        return configured
+    return "/run/harness" if os.path.isdir("/run") else os.path.join(tempfile.gettempdir(), "harness-state")
+
+
+def durable_path():
+    """A second copy of read_ahead_kb's original value in the workdir (the agent and the controller name it):
+    /run is cleared by a reboot, or by hand, and a lost copy there left the emulated value in place to be
+    recorded by later runs as the original."""
+    base = os.environ.get(DURABLE_ENV)
+    return os.path.join(base, "read_ahead.json") if base else None
+
+
+def state_path():
+    """read_ahead_kb's original value while a run has changed it (written and removed under the lock)."""
+    return os.path.join(state_dir(), "state.json")
+
+
+def run_state_path(pid):
+    """The cgroups of one live runner, so they can be removed if it is killed."""
+    return os.path.join(state_dir(), "run-%d.json" % pid)
+
+
+def forget_state():
+    """read_ahead_kb is restored: drop both copies of its original."""
+    for path in (state_path(), durable_path()):
+        if path and os.path.exists(path):
+            os.remove(path)
+
+
+def save_state(state, path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as out:
+        json.dump(state, out)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def load(path):
+    try:
+        return json.loads(read(path) or "null")
+    except ValueError:
+        return {}  # a torn write: nothing to undo in it
+
+
+def owner_alive(state):
+    """The runner that wrote ``state`` still runs (its command line names its run, so pid reuse is no match)."""
+    try:
+        with open("/proc/%d/cmdline" % int(state.get("pid")), "rb") as handle:
+            return str(state.get("run_id")).encode() in handle.read()
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def restore_read_ahead(state):
+    saved = state.get("read_ahead")
+    if not saved or saved.get("original") is None:
+        return None
+    write(saved["path"], saved["original"])
+    now = read(saved["path"])
+    if now != str(saved["original"]):
+        raise OSError("read_ahead_kb reads %s after restoring %s" % (now, saved["original"]))
+    return now

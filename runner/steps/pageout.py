@@ -1,0 +1,74 @@
+"""A cold request to a running llama-server: evict the model's pages, including those the server has mapped."""
+
+import ctypes
+import os
+import time
+
+from runner import pagecache
+from runner.util import read_text
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+# Same numbers on x86_64, aarch64 and arm (asm-generic table); Linux >= 5.10.
+SYS_PIDFD_OPEN, SYS_PROCESS_MADVISE, MADV_PAGEOUT = 434, 440, 21
+
+
+def _mapped_ranges(pid, path):
+    real = os.path.realpath(path)
+    ranges = []
+    for line in (read_text("/proc/%d/maps" % pid, "") or "").splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5] == real:
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            ranges.append((start, end - start))
+    return ranges
+
+
+def page_out(pid, path):
+    """Evict the pages of ``path`` that the server has mapped (process_madvise MADV_PAGEOUT).
+
+    fadvise(DONTNEED) leaves every page that a process has mapped, and a llama.cpp server maps the whole
+    model: without this a "cold" request would find the model fully resident. Returns bytes advised, or an
+    error string where the kernel cannot (then the measured residency shows what the request really saw).
+    """
+    ranges = _mapped_ranges(pid, path)
+    if not ranges:
+        return {"mapped_bytes": 0}
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    pidfd = libc.syscall(SYS_PIDFD_OPEN, ctypes.c_int(pid), ctypes.c_uint(0))
+    if pidfd < 0:
+        return {"mapped_bytes": sum(n for _, n in ranges), "error": "pidfd_open: %s" % os.strerror(ctypes.get_errno())}
+    try:
+        vec = (_IoVec * len(ranges))(*[_IoVec(start, n) for start, n in ranges])
+        done = libc.syscall(SYS_PROCESS_MADVISE, ctypes.c_int(pidfd), vec, ctypes.c_size_t(len(ranges)),
+                            ctypes.c_int(MADV_PAGEOUT), ctypes.c_uint(0))
+        out = {"mapped_bytes": sum(n for _, n in ranges)}
+        if done < 0:
+            out["error"] = "process_madvise(MADV_PAGEOUT): %s" % os.strerror(ctypes.get_errno())
+        else:
+            out["paged_out_bytes"] = done
+        return out
+    finally:
+        os.close(pidfd)
+
+
+def make_cold(native_bin, pid, model):
+    """Page out the server's mapping, DONTNEED the file (retrying briefly for late writeback), measure.
+
+    On macOS the drop is a whole-cache purge; its record (cleared or NOT, and why) goes with the evicted bytes."""
+    evicted = page_out(pid, model)
+    for _attempt in range(5):
+        dropped = pagecache.drop(native_bin, [model])
+        rows = pagecache.residency(native_bin, [model])
+        if dropped is not None:
+            evicted["cache_drop"] = dropped
+            if not dropped["cleared"]:
+                break  # retrying cannot help: purge is not allowed (or failed), and the record says so
+        if rows[0]["resident_pct"] <= pagecache.COLD_MAX_PCT:
+            break
+        time.sleep(0.1)
+    return evicted, rows

@@ -1,0 +1,119 @@
+"""One run's lifecycle on the controller, without a campaign: the spec carries the runner contract, a pulled run.json
+of another contract major version fails its run with one line naming both versions, and the states only move
+along their transitions. A LocalTransport and a run directory made by hand stand in for a runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.boards.platforms import PLATFORMS
+from harness.boards.session import TargetSession
+from harness.boards.transports.local import LocalTransport
+from harness.campaign.context import CampaignContext, QuietProgress
+from harness.campaign.lifecycle import RunLifecycle, RunState
+from harness.campaign.orchestrator import new_writer
+from harness.campaign.plan import build_plan
+from harness.campaign.spec import build_spec
+from harness.config.experiment import load_experiment
+from harness.config.target import Target
+from harness.results.store import ResultSetWriter
+from runner.contract import CONTRACT_VERSION
+from tests.helpers import REPO
+
+EXPERIMENT = """\
+name: unit
+files:
+  data: {create: 1M}
+cache: none
+steps:
+  - read: {file: data, pattern: seq}
+"""
+
+
+class Said(QuietProgress):
+    def __init__(self) -> None:
+        self.finished: list[tuple[str, str | None]] = []
+
+    def run_finished(self, target: str, run: object, status: str, error: str | None) -> None:
+        self.finished.append((status, error))
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[CampaignContext, TargetSession, ResultSetWriter]:
+    (tmp_path / "unit.yaml").write_text(EXPERIMENT)
+    target = Target(name="local", workdir=str(tmp_path / "work"))
+    ctx = CampaignContext(build_plan(load_experiment(tmp_path / "unit.yaml")), [target], Said())
+    session = TargetSession(target, LocalTransport(target), PLATFORMS["linux"], str(REPO), str(tmp_path / "bin"))
+    return ctx, session, new_writer(ctx, tmp_path / "results")
+
+
+def _finished_run(lifecycle: RunLifecycle, record: dict[str, object]) -> Path:
+    """The run directory a runner leaves: run.json and DONE (no SHA256SUMS: nothing to verify)."""
+    remote = Path(lifecycle.remote_dir)
+    remote.mkdir(parents=True)
+    (remote / "run.json").write_text(json.dumps({"run_id": lifecycle.run.run_id, "error": None, **record}))
+    (remote / "DONE").write_text(f"{record.get('status')}\n")
+    return remote
+
+
+def _entry(writer: ResultSetWriter, run_id: str) -> dict[str, object]:
+    return next(r for r in writer.manifest["runs"] if r["run_id"] == run_id)
+
+
+def test_the_spec_says_the_contract(setup: tuple[CampaignContext, TargetSession, ResultSetWriter]) -> None:
+    ctx, session, _writer = setup
+    run = ctx.plan.runs[0]
+    assert build_spec(ctx, session, run, {"data": "/x/data.bin"}, "/x/run")["contract"] == CONTRACT_VERSION
+
+
+@pytest.mark.parametrize("contract", ["9.0", None])
+def test_a_run_record_of_another_contract_fails_its_run(
+        setup: tuple[CampaignContext, TargetSession, ResultSetWriter], contract: str | None) -> None:
+    ctx, session, writer = setup
+    run = ctx.plan.runs[0]
+    lifecycle = RunLifecycle.adopt(ctx, session, writer, run)  # started; its runner is gone and wrote DONE
+    remote = _finished_run(lifecycle, {"status": "ok"} if contract is None else {"status": "ok", "contract": contract})
+    assert lifecycle.finish_adopted()
+    assert lifecycle.state is RunState.RECORDED
+    entry = _entry(writer, run.run_id)
+    shown = contract or "0.0"
+    assert entry["status"] == "failed"
+    error = str(entry["error"])
+    assert len(error.splitlines()) == 1 and shown in error and f"contract {CONTRACT_VERSION.split('.')[0]}." in error
+    assert ctx.progress.finished == [("failed", error)]  # type: ignore[attr-defined]
+    local = writer.raw_dir("local", run.run_id)
+    # kept for a look, never read as a record (the runs table takes the manifest's status)
+    assert not (local / "run.json").exists() and (local / "run.json.refused").exists()
+    assert not remote.exists()  # pulled: gone from the target like any pulled run
+
+
+def test_a_run_record_of_the_same_major_is_taken(
+        setup: tuple[CampaignContext, TargetSession, ResultSetWriter]) -> None:
+    ctx, session, writer = setup
+    run = ctx.plan.runs[0]
+    lifecycle = RunLifecycle.adopt(ctx, session, writer, run)
+    major = CONTRACT_VERSION.split(".")[0]
+    _finished_run(lifecycle, {"status": "failed", "error": "step failed: x", "contract": f"{major}.99"})
+    assert lifecycle.finish_adopted()
+    assert (_entry(writer, run.run_id)["status"], _entry(writer, run.run_id)["error"]) == ("failed", "step failed: x")
+    assert (writer.raw_dir("local", run.run_id) / "run.json").exists()
+
+
+def test_an_adopted_run_without_done_is_measured_again(
+        setup: tuple[CampaignContext, TargetSession, ResultSetWriter]) -> None:
+    ctx, session, writer = setup
+    lifecycle = RunLifecycle.adopt(ctx, session, writer, ctx.plan.runs[0])
+    assert not lifecycle.finish_adopted()
+    assert lifecycle.state is RunState.DIED and _entry(writer, ctx.plan.runs[0].run_id)["status"] == "pending"
+
+
+def test_states_move_only_along_their_transitions(
+        setup: tuple[CampaignContext, TargetSession, ResultSetWriter]) -> None:
+    ctx, session, writer = setup
+    lifecycle = RunLifecycle(ctx, session, writer, ctx.plan.runs[0])
+    assert lifecycle.state is RunState.PLANNED
+    with pytest.raises(RuntimeError, match="no transition planned -> pulled"):
+        lifecycle.pull()
