@@ -86,8 +86,8 @@ def summary(values: list[float]) -> str:
 
 
 def engine_on_board(server: SshServer, targets: Path, workdir: str, repeats: int) -> None:
-    from harness.boards.prepare import BUILD_CACHE
     from harness.boards.session import open_session
+    from harness.campaign.prepare import BUILD_CACHE
     from harness.engines import ENGINES
     from harness.engines.llamacpp.remote import build_on_target
 

@@ -7,7 +7,8 @@ runner refuses such a spec (run.json says why, with status "failed"), the contro
 without ``contract`` is "0.0": it was written before the contract existed.
 
 The TypedDicts describe the keys (Python 3.8 ``typing.TypedDict``; nothing checks them at run time). The
-controller builds the spec in harness/campaign (``_spec``), the runner writes the record in runner/agent.py.
+controller builds the spec in harness/campaign/spec.py (``build_spec``), the runner writes the record in
+runner/agent.py.
 """
 
 from typing import Any, Dict, List, Optional, TypedDict, Union

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.boards.prepare import build_engines, engines_needed
+from harness.campaign.prepare import build_engines, engines_needed
 from harness.campaign.resolve import load_resolved, resolve_experiment
 from harness.config.experiment import load_experiment
 from harness.engines import ENGINES, Engine
@@ -142,6 +142,9 @@ def _tiny_set(path: Path) -> Path:
                          "residency_before_pct": [0.0, 100.0], "cache_files_bytes": [1 << 20] * 2,
                          "dev_read_bytes": [1 << 20, 0], "step_duration_s": [0.1, 0.01]})
     runs.to_parquet(path / TABLES_DIR / table_file("runs"), index=False)
+    reads = pd.DataFrame({"run_id": runs["run_id"], "target": runs["target"], "pattern": ["seq"] * 2,
+                          "bytes": [1 << 20] * 2, "seconds": [0.1, 0.01]})
+    reads.to_parquet(path / TABLES_DIR / table_file("reads"), index=False)
     return path
 
 

@@ -66,6 +66,25 @@ def test_no_tracked_file_refers_outside_the_repository() -> None:
     assert not found, "\n".join(found)
 
 
+# a path inside the repository named in code, comments or docs: it must exist (placeholders like NAME, x, my*)
+INSIDE = re.compile(r"(?<![\w/.-])((?:harness|runner|docs|tests|bench|experiments|notebooks|targets)/[\w./-]*"
+                    r"\.(?:py|md|yaml|c|toml|jsonl))\b")
+PLACEHOLDER = re.compile(r"/(NAME|x|my\w*|mine|orin|test_x)\.\w+$")
+
+
+def test_every_path_the_repository_names_exists() -> None:
+    missing = []
+    for name in tracked_files():
+        if Path(name).suffix not in {".py", ".md", ".c", ".toml"} or name.startswith("tests/data/"):
+            continue
+        for number, line in enumerate((REPO / name).read_text().splitlines(), 1):
+            for match in INSIDE.finditer(line):
+                path = match.group(1)
+                if not PLACEHOLDER.search(path) and not (REPO / path).exists():
+                    missing.append(f"{name}:{number}: {path} does not exist")
+    assert not missing, "\n".join(missing)
+
+
 def test_the_check_names_file_and_line() -> None:
     text = "ok\nFIX = REPO.pa" + "rent / 'x'\n"
     assert references_outside("tests/test_x.py", text) == [

@@ -76,7 +76,7 @@ def prepare_engines_and_models(ctx: CampaignContext) -> None:
 
     The controller builds only for a target that shares its files (local); boards build their own
     (``prepare_remote``)."""
-    from harness.boards.prepare import build_engines, engines_needed, synth_model
+    from harness.campaign.prepare import build_engines, engines_needed, synth_model
 
     step_engines = {STEPS[run.step].engine for run in ctx.plan.runs} - {None}
     ctx.engine_specs = engines_needed(ctx.experiment, step_engines)  # type: ignore[arg-type]
@@ -91,7 +91,7 @@ def prepare_engines_and_models(ctx: CampaignContext) -> None:
 def prepare_remote(ctx: CampaignContext, sessions: list[TargetSession]) -> None:
     """Engines built on each board and synthetic models pushed to it, boards in parallel (a build on a
     board takes minutes); both are skipped when the board already has them."""
-    from harness.boards.prepare import prepare_target
+    from harness.campaign.prepare import prepare_target
 
     remote = [s for s in sessions if not s.transport.shares_controller_files]
     if not remote or not (ctx.engine_specs or ctx.synth):

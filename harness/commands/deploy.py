@@ -10,8 +10,8 @@ import typer
 
 from harness.boards.inventory import load_targets, select_targets
 from harness.boards.lease import DEFAULT_WAIT_S
-from harness.boards.prepare import build_engines, prepare_target
 from harness.boards.session import open_session
+from harness.campaign.prepare import build_engines, prepare_target
 from harness.campaign.resolve import load_resolved
 from harness.commands.common import TargetsDirOpt, console
 
@@ -53,8 +53,8 @@ def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
 
 def _experiment_needs(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, dict[str, Any]]], Path]:
     """The engines an experiment's steps use and its synthetic models (made here, cached)."""
-    from harness.boards.prepare import engines_needed, synth_model
     from harness.campaign.plan import build_plan
+    from harness.campaign.prepare import engines_needed, synth_model
     from harness.steps import STEPS
 
     loaded = load_resolved(path)

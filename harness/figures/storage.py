@@ -12,7 +12,7 @@ import pandas as pd
 
 from harness.figures.base import MB, FigureContext, register_figure, save
 from harness.parsers.fio import ordered_jobs
-from harness.results.tables import BLOCKSTAT, FIO, RUNS
+from harness.results.tables import BLOCKSTAT, FIO, READS, RUNS
 
 
 def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
@@ -103,6 +103,6 @@ def _timeline(context: FigureContext) -> list[Path]:
                     context.settings)
 
 
-@register_figure("read_accounting", needs=(RUNS,))
+@register_figure("read_accounting", needs=(RUNS, READS))
 def _read_accounting(context: FigureContext) -> list[Path]:
     return read_accounting(context.table(RUNS.name), context.out_dir, context.set_id, context.settings)
