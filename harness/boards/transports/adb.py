@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.boards.transports.base import CommandResult, register_transport, shell_file_size
+from harness.boards.transports.base import CommandResult, ShellFileProbes, register_transport
 from harness.errors import TargetError
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 5037
@@ -40,7 +40,7 @@ def detached_command(argv: Sequence[str], cwd: str, log: str, env: dict[str, str
             f"(nohup {shell_command(argv, None, env)} >> {shlex.quote(log)} 2>&1 < /dev/null & echo $!)")
 
 
-class AdbTransport:
+class AdbTransport(ShellFileProbes):
     name = "adb"
     shares_controller_files = False
 
@@ -121,17 +121,6 @@ class AdbTransport:
             dest.parent.mkdir(parents=True, exist_ok=True)
             self.device.sync.pull(path, str(dest))
 
-    def read_file(self, remote: str) -> bytes:
-        done = self.run(["cat", remote])
-        if done.returncode != 0:
-            raise TargetError(f"{remote}: {done.stdout.decode(errors='replace').strip()[-200:]}")
-        return done.stdout
-
-    def exists(self, remote: str) -> bool:
-        return self.run(["test", "-e", remote]).returncode == 0
-
-    def file_size(self, remote: str) -> int | None:
-        return shell_file_size(self, remote)
 
     def start_detached(self, argv: Sequence[str], *, cwd: str, log: str,
                        env: dict[str, str] | None = None) -> int:

@@ -111,3 +111,25 @@ def shell_file_size(transport: Transport, remote: str) -> int | None:
                           'else exit 1; fi', "sh", remote])
     text = done.stdout.decode(errors="replace").strip()
     return int(text) if done.returncode == 0 and text.isdigit() else None
+
+
+class ShellFileProbes:
+    """``exists``, ``file_size`` and ``read_file`` through the target's POSIX shell, for transports that only
+    run commands there (ssh, adb): ``test``, ``wc`` and ``cat`` behave the same on GNU, BSD and toybox."""
+
+    def run(self, argv: Sequence[str], *, cwd: str | None = None, env: dict[str, str] | None = None,
+            timeout: float | None = None) -> CommandResult:
+        raise NotImplementedError
+
+    def exists(self, remote: str) -> bool:
+        return self.run(["test", "-e", remote]).returncode == 0
+
+    def file_size(self, remote: str) -> int | None:
+        return shell_file_size(self, remote)  # type: ignore[arg-type]
+
+    def read_file(self, remote: str) -> bytes:
+        done = self.run(["cat", remote])
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).decode(errors="replace").strip()  # adb shell merges stderr
+            raise TargetError(f"{remote}: {said[-200:] or 'cannot read'}")
+        return done.stdout

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.boards.transports.base import CommandResult, register_transport, shell_file_size
+from harness.boards.transports.base import CommandResult, ShellFileProbes, register_transport
 from harness.boards.transports.ssh_connection import ConnectionLost, SshConnection, SshOptions
 from harness.errors import TargetError
 
@@ -37,7 +37,7 @@ def command_line(argv: Sequence[str], cwd: str | None = None, env: dict[str, str
     return line
 
 
-class SshTransport:
+class SshTransport(ShellFileProbes):
     name = "ssh"
     shares_controller_files = False
 
@@ -122,18 +122,6 @@ class SshTransport:
             local.write_bytes(payload)
         else:
             raise TargetError(f"{remote}: unexpected answer from target {self.target_name}")
-
-    def read_file(self, remote: str) -> bytes:
-        done = self.run(["cat", remote])
-        if done.returncode != 0:
-            raise TargetError(f"{remote}: {done.stderr.decode(errors='replace').strip() or 'cannot read'}")
-        return done.stdout
-
-    def exists(self, remote: str) -> bool:
-        return self.run(["test", "-e", remote]).returncode == 0
-
-    def file_size(self, remote: str) -> int | None:
-        return shell_file_size(self, remote)
 
     # ------------------------------------------------------------------ processes
     def start_detached(self, argv: Sequence[str], *, cwd: str, log: str,
