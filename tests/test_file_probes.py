@@ -1,10 +1,15 @@
-"""File size and existence on a target work on GNU and BSD userlands alike: the remote probes avoid `stat`
-(GNU `stat -c` and BSD `stat -f` disagree; macOS has only the latter). Checked here by running them with a
-macOS-style `stat` stand-in first on PATH, which refuses GNU options the way BSD stat does."""
+"""What the controller runs in a board's shell works on GNU and BSD userlands alike. File size and existence
+avoid `stat` (GNU `stat -c` and BSD `stat -f` disagree; macOS has only the latter): checked with a macOS-style
+`stat` stand-in first on PATH, which refuses GNU options the way BSD stat does. Starting a detached runner does
+not need util-linux `setsid` (macOS has none): checked with a PATH that has only POSIX tools."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,6 +17,8 @@ import pytest
 
 from harness.boards.transports.base import CommandResult, shell_file_size
 from harness.boards.transports.local import LocalTransport
+from harness.boards.transports.ssh import detached_script
+from tests.helpers import wait_for
 
 BSD_STAT = """#!/bin/sh
 # what macOS /usr/bin/stat says to GNU options
@@ -71,3 +78,29 @@ def test_the_local_transport_answers_the_same(tmp_path: Path) -> None:
     assert local.file_size(str(model)) == shell_file_size(local, str(model)) == 4096
     assert local.file_size(str(tmp_path)) == 0 == shell_file_size(local, "/dev/null")
     assert local.file_size(str(tmp_path / "x")) is None
+
+
+def test_a_detached_start_needs_no_setsid_and_gets_a_session_of_its_own(tmp_path: Path) -> None:
+    posix = tmp_path / "posix-bin"  # what every userland has; no setsid (util-linux)
+    posix.mkdir()
+    for tool in ("sh", "mkdir", "cat", "mv", "nohup"):
+        (posix / tool).symlink_to(shutil.which(tool) or f"/bin/{tool}")
+    log = tmp_path / "run" / "runner.log"
+    program = [sys.executable, "-c", "import os, time; print('leader', os.getsid(0) == os.getpid(), flush=True); "
+               "time.sleep(60)"]
+    script = detached_script(sys.executable, program, str(tmp_path), str(log))
+    done = subprocess.run(["sh", "-c", script], env={"PATH": str(posix)}, capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout.split()[0])
+    try:
+        wait_for("the detached program to say whether it leads its session", lambda: "leader" in log.read_text()
+                 if log.exists() else False, timeout=30)
+        assert "leader True" in log.read_text()
+        assert os.getsid(pid) == pid  # the printed pid is the program itself (exec kept it)
+        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [sys.executable.encode(), b"-c"]
+        again = subprocess.run(["sh", "-c", script], env={"PATH": str(posix)}, capture_output=True, text=True,
+                               timeout=30, check=False)
+        assert int(again.stdout.split()[0]) == pid  # a repeated start returns the first one
+    finally:
+        os.kill(pid, signal.SIGKILL)

@@ -37,12 +37,30 @@ def command_line(argv: Sequence[str], cwd: str | None = None, env: dict[str, str
     return line
 
 
+# A new session for the started program, so that the connection closing (and a signal to its group) never
+# reaches it: os.setsid() in the board's own Python, then exec. `setsid(1)` is util-linux: macOS has none.
+_DETACH = "import os, sys\ntry:\n os.setsid()\nexcept OSError:\n pass\nos.execvp(sys.argv[1], sys.argv[1:])"
+
+
+def detached_script(python: str, argv: Sequence[str], cwd: str, log: str, env: dict[str, str] | None = None) -> str:
+    """A POSIX shell script that starts ``argv`` in a session of its own, output to ``log``, and prints its
+    pid. The pid file makes a repeated start (after a drop mid-command) return the first process instead of
+    starting a second one."""
+    pidfile = shlex.quote(log + ".pid")
+    inner = command_line(["nohup", python, "-c", _DETACH, *argv], None, env)
+    return (f"if [ -s {pidfile} ]; then cat {pidfile}; exit 0; fi; "
+            f"mkdir -p {shlex.quote(os.path.dirname(log) or '.')} && cd {shlex.quote(cwd)} && "
+            f"{{ {inner} > {shlex.quote(log)} 2>&1 < /dev/null & echo $! > {pidfile}.part && "
+            f"mv -f {pidfile}.part {pidfile} && cat {pidfile}; }}")
+
+
 class SshTransport(ShellFileProbes):
     name = "ssh"
     shares_controller_files = False
 
     def __init__(self, target: Any, *, connect_now: bool = True) -> None:
         self.target_name = getattr(target, "name", "?")
+        self.python = getattr(target, "python", "python3")  # the board's: it also detaches what we start
         self.options = SshOptions.model_validate(target.transport_options)
         self.link = SshConnection(self.target_name, self.options)
         if connect_now:
@@ -126,16 +144,7 @@ class SshTransport(ShellFileProbes):
     # ------------------------------------------------------------------ processes
     def start_detached(self, argv: Sequence[str], *, cwd: str, log: str,
                        env: dict[str, str] | None = None) -> int:
-        # The pid file makes a repeated start (after a drop mid-command) return the first runner
-        # instead of starting a second one.
-        pidfile = shlex.quote(log + ".pid")
-        qlog = shlex.quote(log)
-        inner = command_line(["setsid", "nohup", *argv], None, env)
-        script = (f"if [ -s {pidfile} ]; then cat {pidfile}; exit 0; fi; "
-                  f"mkdir -p {shlex.quote(os.path.dirname(log) or '.')} && cd {shlex.quote(cwd)} && "
-                  f"{{ {inner} > {qlog} 2>&1 < /dev/null & echo $! > {pidfile}.part && "
-                  f"mv -f {pidfile}.part {pidfile} && cat {pidfile}; }}")
-        done = self.shell(script).check()
+        done = self.shell(detached_script(self.python, argv, cwd, log, env)).check()
         try:
             return int(done.stdout.split()[0])
         except (IndexError, ValueError):
