@@ -27,7 +27,7 @@ from harness.campaign.plan import PlannedRun
 from harness.campaign.pull import Pulled, pull_run
 from harness.campaign.spec import build_spec, run_limit_s
 from harness.emulation import controller as emulation
-from harness.errors import DiskFullError, TargetError
+from harness.errors import TargetError
 from harness.results.store import ResultSetWriter
 
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0
@@ -156,7 +156,7 @@ class RunLifecycle:
             full = space.workdir_full(self.session)
             if full is None:
                 raise
-            raise space.resumable(full, self.ctx.set_id) from exc
+            raise space.resumable(self.session, full, self.ctx.set_id) from exc
 
     def _start(self) -> None:
         # a runner that started is recorded with its pid before a stop can act: it is never left unrecorded
@@ -217,9 +217,9 @@ class RunLifecycle:
         if pulled.here:
             self.session.transport.run(["rm", "-rf", self.remote_dir])
         if full is not None:  # every later run would die the same way: stop here, resumable
-            raise space.resumable(full, self.ctx.set_id)
+            raise space.resumable(self.session, full, self.ctx.set_id)
 
-    def _verdict(self, pulled: Pulled, status: str) -> tuple[str, str | None, DiskFullError | None]:
+    def _verdict(self, pulled: Pulled, status: str) -> tuple[str, str | None, str | None]:
         """(status, error) for the manifest, and the full workdir that killed the runner, if that was it."""
         error, full = pulled.error, None
         if pulled.refused is not None:
@@ -232,7 +232,7 @@ class RunLifecycle:
             error = "runner died without DONE" + (": " + " | ".join(tail) if tail else "")
             full = space.workdir_full(self.session)  # a full workdir leaves the runner no place to say so
             if full is not None:
-                error += f" ({str(full).removeprefix(f'target {self.target}: ')})"
+                error += f" ({full})"
         if not pulled.here:
             error = f"{error} (the run directory is kept on the target: {self.remote_dir})"
         if self.failure is not None:

@@ -4,11 +4,11 @@ write there (a full workdir leaves the runner no place to say so)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from harness.boards.session import TargetSession
 from harness.errors import DiskFullError, ResultSetError
+from runner.util import free_bytes
 
 # What a result set needs on the results disk, estimated before it starts: raw run directories (collector
 # samples at 5-10 ms, engine logs) measured here at 0.2-2 MB per run, tables and figures once.
@@ -21,10 +21,8 @@ WORKDIR_MIN_FREE_BYTES = 2 * RESULTS_PER_RUN_BYTES
 def check_results_space(results_dir: Path, runs: int) -> None:
     """Refuse a campaign the results disk cannot hold (an estimate: raw files, tables, figures)."""
     needed = RESULTS_FIXED_BYTES + runs * RESULTS_PER_RUN_BYTES
-    where = results_dir
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    free = shutil.disk_usage(where).free
+    answer = free_bytes(results_dir)  # the nearest existing directory: the set does not exist yet
+    where, free = answer["path"], answer["free_bytes"]
     if free < needed:
         raise ResultSetError(f"results disk full: {free / 1e6:.0f} MB free on {where}; this campaign writes "
                              f"about {needed / 1e6:.0f} MB ({runs} runs)")
@@ -40,21 +38,22 @@ def workdir_free(session: TargetSession) -> tuple[str, int] | None:
         return None
 
 
-def workdir_full(session: TargetSession) -> DiskFullError | None:
-    """The one-line error when the target's workdir cannot take another run, else None."""
+def workdir_full(session: TargetSession) -> str | None:
+    """What is wrong when the target's workdir cannot take another run ("workdir disk full: ..."), else None."""
     free = workdir_free(session)
     if free is None or free[1] >= WORKDIR_MIN_FREE_BYTES:
         return None
-    return DiskFullError(f"target {session.target.name}: workdir disk full: {free[1] / 1e6:.0f} MB free on "
-                         f"{free[0]}; a run writes up to about {RESULTS_PER_RUN_BYTES / 1e6:.0f} MB there")
+    return (f"workdir disk full: {free[1] / 1e6:.0f} MB free on {free[0]}; a run writes up to about "
+            f"{RESULTS_PER_RUN_BYTES / 1e6:.0f} MB there")
 
 
 def check_workdir_space(session: TargetSession) -> None:
     full = workdir_full(session)
     if full is not None:
-        raise full
+        raise DiskFullError(f"target {session.target.name}: {full}")
 
 
-def resumable(full: DiskFullError, set_id: str) -> DiskFullError:
+def resumable(session: TargetSession, full: str, set_id: str) -> DiskFullError:
     """A full workdir mid-campaign: the set stays incomplete and resumes once there is space."""
-    return DiskFullError(f"{full}; free some space, then: harness run --resume {set_id}")
+    return DiskFullError(f"target {session.target.name}: {full}; free some space, then: harness run --resume "
+                         f"{set_id}")
