@@ -84,6 +84,14 @@ class RunContext:
                 self.kill(proc)
                 raise StepFailed("%s did not finish within %.0f s" % (proc.log_name, timeout_s))
             time.sleep(0.01)
+        self.reaped(proc, status, usage)
+        if proc.returncode != 0:
+            raise StepFailed("%s exited with %s: %s" % (proc.log_name, proc.returncode,
+                                                        tail(self.path(proc.log_name + ".stderr"), 5)))
+        return proc.returncode
+
+    def reaped(self, proc, status, usage):
+        """Record what ``os.wait4`` returned for ``proc``: its exit code and its rusage (major faults, CPU)."""
         proc.returncode = _exit_code(status)
         # ru_inblock: 512-byte blocks this process (and its reaped children) read from storage --
         # per-process accounting that other disk users on the machine cannot disturb
@@ -91,9 +99,6 @@ class RunContext:
                                       "storage_read_bytes": usage.ru_inblock * 512,
                                       "utime_s": usage.ru_utime, "stime_s": usage.ru_stime,
                                       "maxrss_kb": usage.ru_maxrss, "exit_code": proc.returncode}
-        if proc.returncode != 0:
-            raise StepFailed("%s exited with %s: %s" % (proc.log_name, proc.returncode,
-                                                        tail(self.path(proc.log_name + ".stderr"), 5)))
         return proc.returncode
 
     def kill(self, proc, grace_s=3.0):

@@ -91,13 +91,14 @@ def make_data_file(path, size, owner=None):
     With ``owner`` (the campaign's set id) the file is marked as that campaign's (PATH.harness-owner): an
     existing file is overwritten only when the mark says it is the same campaign's (a resumed one), never a
     file the harness did not make. A failed write (disk full) leaves no partial file behind."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
     # refused before a byte is written: a disk that fills mid-file wastes minutes of urandom and the page cache
     # (the new file is written beside an old one before it replaces it: the whole size must be free)
-    free = free_bytes(os.path.dirname(os.path.abspath(path)))["free_bytes"]
+    free = free_bytes(directory)["free_bytes"]
     if size > free:
         raise OSError(errno.ENOSPC, "scratch disk full: %.0f MB free on %s, %s needs %.0f MB"
-                      % (free / 1e6, os.path.dirname(os.path.abspath(path)), os.path.basename(path), size / 1e6))
+                      % (free / 1e6, directory, os.path.basename(path), size / 1e6))
     if owner is not None:
         if os.path.lexists(path) and _owner(path) != owner:
             raise NotOurs("%s exists and the harness did not create it for this campaign: refusing to overwrite "

@@ -99,12 +99,7 @@ def stop_server(ctx, proc, grace_s=STOP_GRACE_S):
         if exited is not None:
             _signal_group(proc.pid, signal.SIGKILL)
             _pid, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            ctx.rusage[proc.log_name] = {"majflt": usage.ru_majflt, "minflt": usage.ru_minflt,
-                                         "storage_read_bytes": usage.ru_inblock * 512,
-                                         "utime_s": usage.ru_utime, "stime_s": usage.ru_stime,
-                                         "maxrss_kb": usage.ru_maxrss, "exit_code": proc.returncode}
-            return proc.returncode
+            return ctx.reaped(proc, status, usage)
         if sig == signal.SIGTERM and time.monotonic() > deadline:
             sig = signal.SIGKILL
             _signal_group(proc.pid, sig)
