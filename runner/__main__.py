@@ -1,5 +1,5 @@
 """``python3 -m runner run SPEC | probe [--file F]... [--block-device D] | mkfile PATH SIZE [--owner SET]
-| rmfile PATH --owner SET --inside DIR | free PATH | reap SET | sha256 PATH
+| rmfile PATH --owner SET --inside DIR | free PATH | reap SET[/TARGET] | sha256 PATH
 | engine build|check SPEC``."""
 
 import argparse
@@ -31,8 +31,9 @@ def _parser():
     rm_p.add_argument("--inside", required=True, help="the scratch directory the file must be in")
     free_p = sub.add_parser("free", help="print the free space of the file system holding PATH as JSON")
     free_p.add_argument("path")
-    reap_p = sub.add_parser("reap", help="stop every process an earlier run of SET left running (by its mark)")
-    reap_p.add_argument("set_id")
+    reap_p = sub.add_parser("reap", help="stop every process an earlier run left running, by its mark: SCOPE is "
+                            "a set id (all its runs here) or SET/TARGET (one target's runs)")
+    reap_p.add_argument("scope")
     hash_p = sub.add_parser("sha256", help="print a file's sha256 (boards without sha256sum: macOS, old Android)")
     hash_p.add_argument("path")
     engine_p = sub.add_parser("engine", help="build an engine into the board's build cache (or check the cache)")
@@ -57,10 +58,10 @@ def _data_file(args):
     return 0
 
 
-def _reap(set_id):
+def _reap(scope):
     from runner import reap
 
-    print(json.dumps(reap.reap(set_id)))
+    print(json.dumps(reap.reap(scope)))
     return 0
 
 
@@ -90,7 +91,7 @@ def main(argv=None):
         "mkfile": lambda: _data_file(args),
         "rmfile": lambda: _data_file(args),
         "free": lambda: _print(json.dumps(util.free_bytes(args.path))),
-        "reap": lambda: _reap(args.set_id),
+        "reap": lambda: _reap(args.scope),
         "sha256": lambda: _print(util.sha256_file(args.path)),
         "engine": lambda: _engine(args.mode, args.spec),
     }

@@ -85,14 +85,14 @@ def _claim(spec, run_dir):
     """Mark this run's processes and stop what an earlier, killed run of the set left running."""
     # every process of this run (collectors, samplers, the step's) inherits the mark: what a killed run left is
     # found by it (runner.reap) and stopped before the next run of the set is measured
-    set_id = spec.get("set_id", "?")
-    mark = "%s/%s" % (set_id, spec["run_id"])
+    scope = "%s/%s" % (spec.get("set_id", "?"), spec.get("target", "?"))  # this target's runs of the set
+    mark = "%s/%s" % (scope, spec["run_id"])
     os.environ[reap.MARK] = mark
     # <workdir>/runs/<set>/<run>: the workdir keeps a copy of what emulation changed, where a lost /run cannot
     # mislead (runner.emulation)
     workdir = os.path.dirname(os.path.dirname(os.path.dirname(run_dir)))
     os.environ.setdefault(DURABLE_ENV, os.path.join(workdir, "state"))
-    return reap.reap(set_id, keep_mark=mark)
+    return reap.reap(scope, keep_mark=mark)
 
 
 def _measure(ctx, record, native_bin, files, device):

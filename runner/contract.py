@@ -113,8 +113,8 @@ class RunSpec(_RunSpecKeys, total=False):
     """``spec.json``: one run, as the controller sends it."""
 
     contract: str  # CONTRACT_VERSION of the controller that wrote it; missing: "0.0"
-    set_id: str  # the campaign's result set: marks every process of the run (runner.reap)
-    target: str
+    set_id: str  # the campaign's result set: with target, marks every process of the run (runner.reap)
+    target: str  # the target's name: a reap never touches another target's runs on the same machine
     params: Dict[str, Any]  # the matrix cell
     round: int
     repeat: int

@@ -259,7 +259,8 @@ def undo_dead_runner(session: TargetSession, spec: dict[str, Any], set_id: str, 
     cgroups) and stop every process marked with this set's runs, so nothing of it reads while the next run is
     measured."""
     emulation.repair(session, spec, say)
-    done = session.transport.run([session.python, "-m", "runner", "reap", set_id], cwd=session.runner_root)
+    scope = f"{set_id}/{session.target.name}"  # this target's runs only: another may share the machine
+    done = session.transport.run([session.python, "-m", "runner", "reap", scope], cwd=session.runner_root)
     try:
         result = json.loads(done.stdout.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
