@@ -18,11 +18,11 @@ from harness.analysis.stats import change_vs_baseline, pearson
 from harness.figures.base import MB, FigureContext, register_figure, save
 from harness.parsers.fio import ordered_jobs
 from harness.results.tables import BENCH, FIO, REQUESTS, RUNS
+from harness.results.variants import variant_label
 
 
 def cell_label(row: pd.Series, params: list[str]) -> str:
-    parts = [f"{p}={row[p]}" for p in params if p in row and pd.notna(row[p])]
-    return " ".join(parts + [str(row.get("cache", ""))]).strip()
+    return variant_label(row, params)
 
 
 def ok_requests(runs: pd.DataFrame, requests: pd.DataFrame, params: list[str]) -> pd.DataFrame:
