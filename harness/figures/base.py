@@ -8,6 +8,7 @@ only (``harness.results.tables`` names them); they never import steps, boards or
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +38,9 @@ class FigureContext:
     params: list[str] = field(default_factory=list)  # the experiment's matrix keys
     baseline: dict[str, Any] | None = None  # the experiment's baseline cell, if it names one
 
-    def save(self, fig: Any, name: str, runs: pd.DataFrame | None = None) -> list[Path]:
-        return save(fig, self.out_dir, name, self.set_id, self.settings, runs)
+    def save(self, fig: Any, name: str, runs: pd.DataFrame | None = None,
+             numbers: dict[str, Any] | None = None) -> list[Path]:
+        return save(fig, self.out_dir, name, self.set_id, self.settings, runs, numbers)
 
 
 Draw = Callable[[FigureContext], list[Path]]
@@ -50,6 +52,7 @@ class Figure:
     needs: tuple[str, ...]  # tables that must all have rows
     draw: Draw
     needs_any: tuple[str, ...] = ()  # of these, at least one must have rows
+    group: str = "storage"  # the notebook that draws it (notebooks/<group>.py)
 
     def missing(self, has_rows: Callable[[str], bool]) -> str | None:
         """Why the figure cannot be drawn from these tables ('no fio table'), or None when it can."""
@@ -64,19 +67,25 @@ class Figure:
 FIGURES: dict[str, Figure] = {}
 
 
-def register_figure(name: str, needs: tuple[Table, ...], needs_any: tuple[Table, ...] = ()) -> Callable[[Draw], Draw]:
-    """Register the decorated ``draw(context) -> paths`` as figure ``name``, drawn when ``needs`` have rows."""
+def register_figure(name: str, needs: tuple[Table, ...], needs_any: tuple[Table, ...] = (),
+                    group: str = "storage") -> Callable[[Draw], Draw]:
+    """Register the decorated ``draw(context) -> paths`` as figure ``name`` of notebook ``group``, drawn when
+    ``needs`` have rows."""
 
     def register(draw: Draw) -> Draw:
-        FIGURES[name] = Figure(name, tuple(t.name for t in needs), draw, tuple(t.name for t in needs_any))
+        FIGURES[name] = Figure(name, tuple(t.name for t in needs), draw, tuple(t.name for t in needs_any), group)
         return draw
 
     return register
 
 
+NUMBERS_KEY = "harness-numbers"  # PNG text chunk: the figure's key numbers as JSON
+
+
 def save(fig: Any, out_dir: Path, name: str, set_id: str, settings: str,
-         runs: pd.DataFrame | None = None) -> list[Path]:
-    """Footer and metadata; pass the runs the figure was made from so their board emulation shows."""
+         runs: pd.DataFrame | None = None, numbers: dict[str, Any] | None = None) -> list[Path]:
+    """Footer and metadata; pass the runs the figure was made from so their board emulation shows, and the
+    numbers it shows (r, n, means) so a figure regenerated elsewhere can be checked against this one."""
     note = emulation_note(runs)
     settings = f"{settings} · {note}" if note else settings
     # the footer goes below everything already drawn (rotated tick labels reach under the axes)
@@ -90,6 +99,7 @@ def save(fig: Any, out_dir: Path, name: str, set_id: str, settings: str,
         meta = {"Title": name, "Description": f"set {set_id}; {settings}"}
         if ext == "png":
             meta["Software"] = f"harness {__version__}"
+            meta[NUMBERS_KEY] = json.dumps(numbers or {}, sort_keys=True, default=float)
         fig.savefig(path, dpi=120, metadata=meta, bbox_inches="tight")
         paths.append(path)
     plt.close(fig)

@@ -97,7 +97,7 @@ def _fio_ladder(context: FigureContext) -> list[Path]:
                       context.settings)
 
 
-@register_figure("timeline", needs=(RUNS, BLOCKSTAT))
+@register_figure("timeline", needs=(RUNS, BLOCKSTAT), group="timeline")
 def _timeline(context: FigureContext) -> list[Path]:
     return timeline(context.table(RUNS.name), context.table(BLOCKSTAT.name), context.out_dir, context.set_id,
                     context.settings)

@@ -139,19 +139,19 @@ def change_vs_baseline_figure(table: pd.DataFrame, params: list[str], out_dir: P
     return save(fig, out_dir, "change_vs_baseline", set_id, settings, runs)
 
 
-@register_figure("decode_vs_device", needs=(RUNS, REQUESTS))
+@register_figure("decode_vs_device", needs=(RUNS, REQUESTS), group="streaming")
 def _decode_vs_device(context: FigureContext) -> list[Path]:
     return decode_vs_device(context.table(RUNS.name), context.table(REQUESTS.name), context.params,
                             context.out_dir, context.set_id, context.settings)
 
 
-@register_figure("decode_vs_fio", needs=(RUNS, REQUESTS, FIO))
+@register_figure("decode_vs_fio", needs=(RUNS, REQUESTS, FIO), group="streaming")
 def _decode_vs_fio(context: FigureContext) -> list[Path]:
     return decode_vs_fio(context.table(RUNS.name), context.table(REQUESTS.name), context.table(FIO.name),
                          context.params, context.out_dir, context.set_id, context.settings)
 
 
-@register_figure("change_vs_baseline", needs=(RUNS,), needs_any=(REQUESTS, BENCH))
+@register_figure("change_vs_baseline", needs=(RUNS,), needs_any=(REQUESTS, BENCH), group="streaming")
 def _change_vs_baseline(context: FigureContext) -> list[Path]:
     runs = context.table(RUNS.name)
     baseline = baseline_cell(runs, context.params, context.baseline)
