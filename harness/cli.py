@@ -29,9 +29,23 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks for
 
 
 def _register() -> None:
-    from harness.commands import deploy, lease, model, parse, plan, probe, report, results, run, targets
+    from harness.commands import (
+        ci,
+        compare,
+        deploy,
+        gate,
+        lease,
+        model,
+        parse,
+        plan,
+        probe,
+        report,
+        results,
+        run,
+        targets,
+    )
 
-    for module in (run, plan, targets, probe, report, parse, deploy, model, lease):
+    for module in (run, plan, targets, probe, report, parse, deploy, model, lease, compare, gate, ci):
         module.register(app)
     results.register(results_app)
 

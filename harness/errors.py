@@ -55,3 +55,11 @@ class DiskFullError(UsageError):
 
 class EmulationError(UsageError):
     """The machine does not allow the requested board emulation; the run is refused."""
+
+
+class InfrastructureError(HarnessError):
+    """The measurement could not be made or trusted for a reason that is not the metric: a set incomplete, a run
+    failed, died or was interrupted, a board unreachable, a lease lost. Exit code 3, so a CI gate never reads a
+    dead board as a regression (exit 1) nor as a pass (exit 0)."""
+
+    exit_code = 3

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import QUICK_TEST, SMALL, STARTED, private_base, run_campaign
+from tests.helpers import (
+    PAPER,
+    QUICK_TEST,
+    SMALL,
+    STARTED,
+    cgroups_missing,
+    private_base,
+    run_campaign,
+    trimmed_streaming_experiment,
+)
 from tests.sshd import SshServer, sshd_unavailable
 
 
@@ -46,6 +55,14 @@ def _snapshot(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def _assert_unchanged(before: dict[Path, dict[str, str]]) -> None:
+    """Each shared result set still holds exactly the files, with the contents, it had when it was made."""
+    for one, files in before.items():
+        after = _snapshot(one)
+        changed = sorted(name for name in files.keys() | after.keys() if files.get(name) != after.get(name))
+        assert not changed, f"a test changed the shared result set {one.name}: {', '.join(changed)}"
+
+
 @pytest.fixture(scope="session")
 def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """One small quickstart-shaped campaign on this machine, shared by the tests that read its set. No test may
@@ -60,10 +77,28 @@ def small_campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     sets = list((base / "results").iterdir())
     before = {one: _snapshot(one) for one in sets}
     yield {"done": done, "sets": sets, "results": base / "results", "scratch": scratch}
-    for one, files in before.items():
-        after = _snapshot(one)
-        changed = sorted(name for name in files.keys() | after.keys() if files.get(name) != after.get(name))
-        assert not changed, f"a test changed the shared result set {one.name}: {', '.join(changed)}"
+    _assert_unchanged(before)
+
+
+@pytest.fixture(scope="session")
+def streaming_set(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The result set of a trimmed experiments/paper/emulated-orin.yaml (``trimmed_streaming_experiment``): llama-bench,
+    llama-server and the fio ladder on a synthetic MoE under a memory budget, with block stats, thread states and
+    vmstat, so every figure group has data. Read-only and checked like ``small_campaign``; skips where the machine
+    cannot emulate a board (cgroups)."""
+    reason = cgroups_missing()
+    if reason:
+        pytest.skip(reason)
+    base = tmp_path_factory.mktemp("streaming")
+    exp = base / "streaming.yaml"
+    exp.write_text(trimmed_streaming_experiment((PAPER / "emulated-orin.yaml").read_text()))
+    done = run_campaign(str(exp), "--results", str(base / "results"), "--scratch",
+                        str(private_base() / f"scratch-{base.name}"), timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (one,) = (base / "results").iterdir()
+    before = {one: _snapshot(one)}
+    yield one
+    _assert_unchanged(before)
 
 
 @pytest.fixture

@@ -286,3 +286,43 @@ def needs_cgroups():  # noqa: ANN201 - a pytest mark
 
 # Tests that build llama.cpp (or wait for a build a neighbour makes) may take far longer than the default timeout.
 BUILD_TIMEOUT_S = 3600
+
+
+PAPER = REPO / "experiments" / "paper"
+
+
+def trimmed_streaming_experiment(text: str) -> str:
+    """experiments/paper/emulated-orin.yaml cut down for the test suite, same shape: every step, collector, matrix
+    key, cache condition and emulation stays, so every figure group has data; one round, the first and last value
+    of each matrix key (and the baseline's), two prompts of 8 tokens, one llama-bench repetition, 1 s fio jobs."""
+    import yaml
+
+    exp = yaml.safe_load(text)
+    exp["name"] = "streaming-test"
+    exp["rounds"] = 1
+    baseline = exp.get("baseline") or {}
+    exp["matrix"] = {key: [v for v in values if v in (values[0], values[-1], baseline.get(key, values[0]))]
+                     for key, values in exp["matrix"].items()}
+    for item in exp["steps"]:
+        (kind,) = set(item) - {"over", "cache"}
+        config = item[kind]
+        if kind == "llama-bench":
+            config["args"] = _set_args(config["args"], {"-p": 8, "-n": 8, "-r": 1})
+        elif kind == "llama-server":
+            from harness.steps.llamacpp import load_prompts
+
+            prompts = config["prompts"]
+            config["prompts"] = (load_prompts(prompts) if isinstance(prompts, str) else prompts)[:2]
+            config["n_predict"] = 8
+        elif kind == "fio":
+            config["runtime_s"] = 1
+    return yaml.safe_dump(exp, sort_keys=False)
+
+
+def _set_args(args: list[object], values: dict[str, object]) -> list[object]:
+    """``args`` with the value after each flag in ``values`` replaced (flags not present are left alone)."""
+    out = list(args)
+    for flag, value in values.items():
+        if flag in out:
+            out[out.index(flag) + 1] = value
+    return out

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from harness.errors import ResultSetError
+from harness.results import SCHEMA_VERSION
 from harness.results.loader import load_result_set
 from tests.helpers import FILE_BYTES, SMALL, live_processes_mentioning, private_base, run_campaign, run_cli
 
@@ -36,7 +37,7 @@ def rs(campaign: dict):  # noqa: ANN201
 def test_set_is_complete_and_versioned(rs, campaign: dict) -> None:  # noqa: ANN001
     assert rs.complete and not rs.path.name.endswith(".incomplete")
     assert re.fullmatch(r"\d{8}-\d{6}-e2e-[0-9a-f]{6}", rs.path.name)
-    assert rs.manifest["schema_version"] == 1
+    assert rs.manifest["schema_version"] == SCHEMA_VERSION
     assert rs.manifest["experiment"]["name"] == "e2e"
     assert (rs.path / "experiment.yaml").read_text() == SMALL
     assert [r["status"] for r in rs.manifest["runs"]] == ["ok"] * 8

@@ -17,6 +17,7 @@ from harness.config.experiment import load_experiment
 from harness.engines import ENGINES, Engine
 from harness.errors import ConfigError
 from harness.figures import FIGURES
+from harness.results import SCHEMA_VERSION
 from harness.results.tables import TABLES, TABLES_DIR, table_file
 from tests.helpers import run_cli
 
@@ -129,7 +130,7 @@ def test_every_figure_needs_catalogued_tables() -> None:
 
 def _tiny_set(path: Path) -> Path:
     """A result set with two read runs and nothing else: no fio, blockstat, requests or bench table."""
-    manifest = {"schema_version": 1, "set_id": "20250101-000000-reg-abcdef", "status": "complete",
+    manifest = {"schema_version": SCHEMA_VERSION, "set_id": "20250101-000000-reg-abcdef", "status": "complete",
                 "experiment": {"name": "reg", "path": "reg.yaml", "sha256": "0" * 64},
                 "harness": {"version": "0", "git_revision": None}, "controller": {"host": "here"},
                 "started": None, "ended": None, "targets": [{"name": "local", "platform": "linux", "facts": {}}],

@@ -12,13 +12,16 @@ from harness.results.loader import find_result_set
 
 def report(result_set: str = typer.Argument(..., metavar="SET", help="set id, unique part of it, or path"),
            results: Path = ResultsOpt) -> None:
-    """Regenerate figures/ and report.md of a result set."""
-    from harness.figures.report import render_report  # matplotlib: loaded only by the commands that draw
+    """Regenerate figures/ and report.md of a result set; name every figure not drawn and the table it lacks."""
+    from harness.figures.report import render  # matplotlib: loaded only by the commands that draw
 
     path = find_result_set(result_set, results)
-    for figure in render_report(path):
-        console.print(f"figure: {figure}")
-    console.print(f"report: {path / 'report.md'}")
+    done = render(path)
+    for figure in done.figures:
+        console.print(f"figure: {figure}", soft_wrap=True)
+    for skipped in done.not_drawn:
+        console.print(skipped.cli_line(), soft_wrap=True, markup=False)
+    console.print(f"report: {done.path}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

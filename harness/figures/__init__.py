@@ -11,8 +11,12 @@ from harness.figures.base import FIGURES, Figure, FigureContext, register_figure
 
 # isort: off
 # the registry's order is the order figures are drawn and listed in report.md: streaming ones first
-from harness.figures import streaming  # noqa: E402,F401  (registers decode_vs_device, decode_vs_fio, change_vs_baseline)
-from harness.figures import storage  # noqa: E402,F401  (registers fio_ladder, timeline, read_accounting)
+from harness.figures import streaming  # noqa: E402,F401  (registers decode_vs_device F1, decode_vs_fio F3)
+from harness.figures import change  # noqa: E402,F401  (registers change_vs_baseline F4)
+from harness.figures import bandwidth  # noqa: E402,F401  (registers bandwidth_bound F5)
+from harness.figures import threads  # noqa: E402,F401  (registers thread_states F2)
+from harness.figures import storage  # noqa: E402,F401  (registers fio_ladder, read_accounting)
+from harness.figures import timeline  # noqa: E402,F401  (registers timeline F6)
 # isort: on
 
 __all__ = ["FIGURES", "Figure", "FigureContext", "register_figure", "save"]

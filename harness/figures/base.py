@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness import __version__  # noqa: E402
+from harness.figures.layout import plain  # noqa: E402
 from harness.results.emulation import emulation_note  # noqa: E402
 from harness.results.tables import Table  # noqa: E402
 
@@ -85,13 +86,22 @@ NUMBERS_KEY = "harness-numbers"  # PNG text chunk: the figure's key numbers as J
 def save(fig: Any, out_dir: Path, name: str, set_id: str, settings: str,
          runs: pd.DataFrame | None = None, numbers: dict[str, Any] | None = None) -> list[Path]:
     """Footer and metadata; pass the runs the figure was made from so their board emulation shows, and the
-    numbers it shows (r, n, means) so a figure regenerated elsewhere can be checked against this one."""
+    numbers it shows (r, n, means) so a figure regenerated elsewhere can be checked against this one (rounded to
+    6 significant digits, non-finite ones as null: the same set gives the same JSON)."""
     note = emulation_note(runs)
     settings = f"{settings} · {note}" if note else settings
     # the footer goes below everything already drawn (rotated tick labels reach under the axes)
     fig.canvas.draw()
-    bottom = fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight()
+    # the layout is done: freeze it, or savefig lays the figure out and draws it twice for every file
+    fig.set_layout_engine("none")
+    for legend in fig.legends:  # a legend anchored to the figure's box would follow the crop onto the footer
+        if legend.get_bbox_to_anchor() is fig.bbox:
+            legend.set_bbox_to_anchor((0, 0, 1, 1), transform=fig.transFigure)
+    renderer = fig.canvas.get_renderer()
+    bottom = fig.get_tightbbox(renderer).y0 / fig.get_figheight()
     fig.text(0.01, bottom - 0.01, f"{set_id} · {settings}", fontsize=6, color="0.4", ha="left", va="top")
+    # the box to save, measured once: bbox_inches="tight" would draw the figure again for each file
+    box = fig.get_tightbbox(renderer).padded(0.1)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for ext in ("png", "svg"):
@@ -99,8 +109,8 @@ def save(fig: Any, out_dir: Path, name: str, set_id: str, settings: str,
         meta = {"Title": name, "Description": f"set {set_id}; {settings}"}
         if ext == "png":
             meta["Software"] = f"harness {__version__}"
-            meta[NUMBERS_KEY] = json.dumps(numbers or {}, sort_keys=True, default=float)
-        fig.savefig(path, dpi=120, metadata=meta, bbox_inches="tight")
+            meta[NUMBERS_KEY] = json.dumps(plain(numbers or {}), sort_keys=True, default=str)
+        fig.savefig(path, dpi=120, metadata=meta, bbox_inches=box)
         paths.append(path)
     plt.close(fig)
     return paths

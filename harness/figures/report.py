@@ -1,11 +1,12 @@
 """Regenerate a result set's figures and report.md from its tables (never from raw files).
 
-The figures are every registered one (``harness.figures``) whose tables have rows; report.md names each
-of the others with the table it lacks.
+The figures are every registered one (``harness.figures``) whose tables have rows; report.md (and
+``harness report``) names each of the others with the table it lacks.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pandas as pd
 
 from harness.analysis.stats import pearson
 from harness.figures import FIGURES, FigureContext
+from harness.figures.change import observations, ratio_table
 from harness.figures.streaming import baseline_cell, cell_label, change_table, ok_requests
 from harness.parsers.fio import ordered_jobs
 from harness.results.cachestate import cache_label, not_cleared
@@ -99,34 +101,84 @@ def bench_summary(rs: ResultSet) -> pd.DataFrame:
     return out.rename(columns={"size": "runs", "mean": "tok/s", "std": "sd"})
 
 
-def draw_figures(context: FigureContext) -> tuple[list[Path], list[str]]:
-    """Every registered figure whose tables have rows, in registry order; and one line per figure that was
-    not drawn, naming the table it lacks."""
+@dataclass(frozen=True)
+class NotDrawn:
+    """A registered figure that was not drawn, and why ('no fio table')."""
+
+    figure: str
+    reason: str
+
+    def report_line(self) -> str:
+        return f"{self.figure}: not drawn, {self.reason}"
+
+    def cli_line(self) -> str:
+        return f"not drawn: {self.figure} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class Report:
+    path: Path  # report.md
+    figures: list[Path]
+    not_drawn: list[NotDrawn]
+
+
+def figure_context(rs: ResultSet, out_dir: Path, manifest: dict[str, Any] | None = None) -> FigureContext:
+    """What a set's figures are drawn from and into; the report and the notebooks build it here, alike."""
+    manifest = manifest or rs.manifest
+    return FigureContext(rs.table, out_dir, manifest["set_id"], settings_line(manifest),
+                         list(manifest.get("matrix") or {}), manifest.get("baseline"))
+
+
+def draw_figures(context: FigureContext, group: str | None = None) -> tuple[list[Path], list[NotDrawn]]:
+    """Every registered figure (of notebook ``group``, if given) whose tables have rows, in registry order; and
+    every figure that was not drawn, with the table it lacks (or, when its tables had rows but none it could use,
+    which ones those were)."""
     figures: list[Path] = []
-    skipped: list[str] = []
+    skipped: list[NotDrawn] = []
     for figure in FIGURES.values():
+        if group is not None and figure.group != group:
+            continue
         missing = figure.missing(lambda name: not context.table(name).empty)
+        drawn = [] if missing else figure.draw(context)
+        if not missing and not drawn:
+            missing = f"no usable rows in the {' and '.join(figure.needs + figure.needs_any)} tables"
         if missing:
-            skipped.append(f"{figure.name}: not drawn, {missing}")
-        else:
-            figures += figure.draw(context)
+            skipped.append(NotDrawn(figure.name, missing))
+        figures += drawn
     return figures, skipped
 
 
-def render_report(path: Path, manifest: dict[str, Any] | None = None) -> list[Path]:
+def render(path: Path, manifest: dict[str, Any] | None = None) -> Report:
+    """Draw a set's figures and write its report.md; what was drawn and what was not."""
     rs = load_result_set(path)
     manifest = manifest or rs.manifest
     params = list(manifest.get("matrix") or {})
-    context = FigureContext(rs.table, rs.path / "figures", manifest["set_id"], settings_line(manifest), params,
-                            manifest.get("baseline"))
-    figures, skipped = draw_figures(context)
+    figures, skipped = draw_figures(figure_context(rs, rs.path / "figures", manifest))
     runs = rs.table(RUNS.name)
-    changes = pd.DataFrame()
+    changes, ratios = pd.DataFrame(), pd.DataFrame()
     if not runs.empty:
         baseline = baseline_cell(runs, params, manifest.get("baseline"))
         changes = change_table(runs, rs.table(REQUESTS.name), rs.table(BENCH.name), params, baseline)
-    _write_markdown(rs, manifest, [f for f in figures if f.suffix == ".png"], changes, skipped)
-    return figures
+        ratios = ratio_table(observations(runs, rs.table, params), params, baseline)
+    _write_markdown(rs, manifest, [f for f in figures if f.suffix == ".png"], changes, ratios,
+                    [s.report_line() for s in skipped])
+    return Report(rs.path / "report.md", figures, skipped)
+
+
+def render_report(path: Path, manifest: dict[str, Any] | None = None) -> list[Path]:
+    """:func:`render`, returning the figures written."""
+    return render(path, manifest).figures
+
+
+def ratio_lines(ratios: pd.DataFrame) -> list[str]:
+    """report.md's table of F4's numbers: ratio of medians vs the baseline with its 95 % CI."""
+    if ratios.empty:
+        return []
+    shown = ratios[~ratios["is_baseline"]][["panel", "variant", "ratio", "low", "high", "p", "n_baseline",
+                                            "n_candidate"]]
+    table = shown.to_markdown(index=False, floatfmt=".3g") if not shown.empty else "_no data_"
+    return ["", "## Ratio vs the baseline (median, bootstrap 95 % CI, Mann-Whitney p; figure change_vs_baseline)",
+            "", table]
 
 
 def not_cleared_lines(runs: pd.DataFrame) -> list[str]:
@@ -146,7 +198,7 @@ def _table(frame: pd.DataFrame) -> str:
 
 
 def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path], changes: pd.DataFrame,
-                    skipped: list[str]) -> None:
+                    ratios: pd.DataFrame, skipped: list[str]) -> None:
     runs = rs.table(RUNS.name)
     lines = [f"# {manifest['set_id']}", "",
              f"- experiment: `{manifest['experiment']['name']}` (sha256 {manifest['experiment']['sha256'][:12]})",
@@ -182,6 +234,7 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
     if not changes.empty:
         lines += ["", f"## Change vs the same-session baseline ({manifest.get('baseline') or 'first cell'})", "",
                   _table(changes.drop(columns=["is_baseline"]))]
+    lines += ratio_lines(ratios)
     lines += ["", "## fio ladder", "", _table(fio_summary(rs)), "", "## Read baseline (block-stat accounting)", "",
               _table(read_summary(rs)), "", "## Figures", ""]
     lines += [f"![{f.stem}](figures/{f.name})" for f in figures]

@@ -1,6 +1,6 @@
-"""Figures about the storage itself (docs/methodology.md section 7): the fio QD ladder, the run timeline of device
-throughput, and the read step's block-stat accounting. Each function returns the paths it wrote; each is
-registered (``harness.figures.base``) with the tables it needs.
+"""Figures about the storage itself (docs/methodology.md section 7): the fio QD ladder and the read step's block-stat
+accounting (the run timeline is :mod:`harness.figures.timeline`). Each function returns the paths it wrote; each
+is registered (``harness.figures.base``) with the tables it needs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 
 from harness.figures.base import MB, FigureContext, register_figure, save
 from harness.parsers.fio import ordered_jobs
-from harness.results.tables import BLOCKSTAT, FIO, READS, RUNS
+from harness.results.tables import FIO, READS, RUNS
 
 
 def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
@@ -27,7 +27,8 @@ def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str
     jobs = ordered_jobs(stats["job_name"])
     targets = list(dict.fromkeys(stats["target"]))
     caches = list(dict.fromkeys(stats["cache"]))
-    fig, axes = plt.subplots(1, len(targets), figsize=(max(6, 1.4 * len(jobs)) * len(targets), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(targets), figsize=(max(6, 1.5 * len(jobs)) * len(targets), 4), squeeze=False,
+                             layout="constrained")
     width = 0.8 / max(1, len(caches))
     for ax, target in zip(axes[0], targets, strict=True):
         for i, cache in enumerate(caches):
@@ -37,41 +38,15 @@ def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str
             sds = [sub["std"].get(job, float("nan")) for job in jobs]
             bars = ax.bar(xs, means, width, yerr=[0 if pd.isna(s) else s for s in sds], capsize=3, label=cache)
             ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
-        ax.set_xticks(range(len(jobs)), jobs, rotation=20, ha="right", fontsize=8)
+        ax.set_xticks(range(len(jobs)), [job.replace("-", "-\n", 1) for job in jobs], fontsize=8)
         ax.set_ylabel("read MB/s (mean ± sd)")
         ax.set_title(f"fio ladder on {target}")
-        ax.legend(title="cache", fontsize=8)
-    return save(fig, out_dir, "fio_ladder", set_id, settings, runs[runs["run_id"].isin(data["run_id"])])
-
-
-def timeline(runs: pd.DataFrame, blockstat: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
-    """Device read MB/s and average in-flight I/O over the campaign, runs shaded and labelled."""
-    if blockstat.empty or "read_bytes_per_s" not in blockstat:
-        return []
-    figures: list[Path] = []
-    for target in dict.fromkeys(blockstat["target"]):
-        bs = blockstat[(blockstat["target"] == target) & blockstat["read_bytes_per_s"].notna()]
-        rs = runs[(runs["target"] == target) & runs["step_start_mono_ns"].notna()].sort_values("step_start_mono_ns")
-        if bs.empty or rs.empty:
-            continue
-        t0 = rs["step_start_mono_ns"].min()
-        t = (bs["t_ns"] - t0) / 1e9
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 5), sharex=True)
-        ax1.plot(t, bs["read_bytes_per_s"] / MB, lw=0.6)
-        ax1.set_ylabel("device read MB/s")
-        ax2.plot(t, bs["avg_inflight"], lw=0.6, color="tab:orange")
-        ax2.set_ylabel("avg in-flight I/O")
-        ax2.set_xlabel("seconds since the first step started")
-        for k, (_, run) in enumerate(rs.iterrows()):
-            start, end = (run["step_start_mono_ns"] - t0) / 1e9, (run["step_end_mono_ns"] - t0) / 1e9
-            for ax in (ax1, ax2):
-                ax.axvspan(start, end, color="0.85" if k % 2 else "0.93", zorder=0)
-            ax1.annotate(f"{run['step_label']} {run['cache']}", ((start + end) / 2, 1.0),
-                         xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="center", va="top",
-                         color="0.3")
-        ax1.set_title(f"run timeline on {target}")
-        figures += save(fig, out_dir, f"timeline_{target}", set_id, settings, rs)
-    return figures
+        ax.set_ylim(0, (stats["mean"] + stats["std"].fillna(0)).max() * 1.2)
+        ax.legend(title="cache", fontsize=8, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    numbers = {f"{row['target']} {row['cache']} {row['job_name']}": {"mbps": row["mean"], "sd": row["std"],
+                                                                     "runs": row["count"]}
+               for row in stats.to_dict("records")}
+    return save(fig, out_dir, "fio_ladder", set_id, settings, runs[runs["run_id"].isin(data["run_id"])], numbers)
 
 
 def read_accounting(runs: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
@@ -81,26 +56,21 @@ def read_accounting(runs: pd.DataFrame, out_dir: Path, set_id: str, settings: st
         return []
     reads = reads.assign(ratio=reads["dev_read_bytes"] / reads["cache_files_bytes"],
                          label=reads["run_id"].str.split("-").str[1:].str.join("-"))
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(reads)), 3.6))
+    fig, ax = plt.subplots(figsize=(max(6, 0.3 * len(reads)), 3.6), layout="constrained")
     colors = reads["cache"].map({"cold": "tab:blue", "warm": "tab:orange"}).fillna("0.5")
     ax.bar(range(len(reads)), reads["ratio"], color=colors)
     ax.axhline(1.0, color="0.3", lw=0.8, ls="--")
-    ax.set_xticks(range(len(reads)), reads["label"], rotation=60, ha="right", fontsize=6)
+    ax.set_xticks(range(len(reads)), reads["label"], rotation=90, fontsize=6)  # upright boxes never overlap
     ax.set_ylabel("device read bytes / file bytes")
     ax.set_title("block-stat accounting: cold ≈ 1, warm ≈ 0")
-    return save(fig, out_dir, "read_accounting", set_id, settings, reads)
+    numbers = dict(zip(reads["run_id"], reads["ratio"], strict=True))
+    return save(fig, out_dir, "read_accounting", set_id, settings, reads, numbers)
 
 
 @register_figure("fio_ladder", needs=(RUNS, FIO))
 def _fio_ladder(context: FigureContext) -> list[Path]:
     return fio_ladder(context.table(RUNS.name), context.table(FIO.name), context.out_dir, context.set_id,
                       context.settings)
-
-
-@register_figure("timeline", needs=(RUNS, BLOCKSTAT), group="timeline")
-def _timeline(context: FigureContext) -> list[Path]:
-    return timeline(context.table(RUNS.name), context.table(BLOCKSTAT.name), context.out_dir, context.set_id,
-                    context.settings)
 
 
 @register_figure("read_accounting", needs=(RUNS, READS))

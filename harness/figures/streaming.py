@@ -1,9 +1,11 @@
-"""Figures about expert streaming (docs/methodology.md section 7, F1/F3/F4) from ``requests``, ``bench`` and ``fio``.
+"""Figures about expert streaming (docs/methodology.md section 7, F1/F3) from ``requests`` and ``fio``, and the
+request and baseline helpers F4 (:mod:`harness.figures.change`), F5 (:mod:`harness.figures.bandwidth`) and
+report.md share.
 
 F1: decode tok/s against device MB/s during decode, one point per request, with Pearson r (the seed
 article found r = 0.90 over 8 requests). F3: decode-time device throughput placed against the fio
-QD ladder measured on the same file. F4: change of each cell against the same-session baseline
-cell, mean ± sd over interleaved rounds.
+QD ladder measured on the same file. report.md's change table: each cell against the same-session
+baseline cell, mean ± sd over interleaved rounds.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pandas as pd
 from harness.analysis.stats import change_vs_baseline, pearson
 from harness.figures.base import MB, FigureContext, register_figure, save
 from harness.parsers.fio import ordered_jobs
-from harness.results.tables import BENCH, FIO, REQUESTS, RUNS
+from harness.results.tables import FIO, REQUESTS, RUNS
 from harness.results.variants import variant_label
 
 
@@ -38,6 +40,13 @@ def ok_requests(runs: pd.DataFrame, requests: pd.DataFrame, params: list[str]) -
                        decode_dev_mbps=data["decode_dev_read_bytes_per_s"] / MB)
 
 
+def cold_if_any(data: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Cold requests when there are any (warm ones sit at ~0 MB/s and say nothing about streaming), and which."""
+    if (data["cache"] == "cold").any():
+        return data[data["cache"] == "cold"], "cold requests"
+    return data, "requests"
+
+
 def decode_vs_device(runs: pd.DataFrame, requests: pd.DataFrame, params: list[str], out_dir: Path,
                      set_id: str, settings: str) -> list[Path]:
     """F1: one point per request; colour = cell with its own r (the seed's r = 0.90 was within one
@@ -45,27 +54,29 @@ def decode_vs_device(runs: pd.DataFrame, requests: pd.DataFrame, params: list[st
     data = ok_requests(runs, requests, params)
     if data.empty:
         return []
-    # warm requests sit at ~0 MB/s and say nothing about streaming: show cold ones when there are any
-    which = "cold requests" if (data["cache"] == "cold").any() else "requests"
-    if which == "cold requests":
-        data = data[data["cache"] == "cold"]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    data, which = cold_if_any(data)
+    fig, ax = plt.subplots(figsize=(8, 5.5), layout="constrained")
+    per_cell: dict[str, dict[str, float]] = {}
     for cell, group in data.groupby("cell", sort=False):
         within = pearson(group["decode_dev_mbps"], group["decode_tps"])
         label = f"{cell} (r = {within.r:.2f})" if within else cell
+        per_cell[cell] = {"r": within.r, "p": within.p, "n": within.n} if within else {"n": len(group)}
         ax.scatter(group["decode_dev_mbps"], group["decode_tps"], s=18, label=label, alpha=0.8)
     corr = pearson(data["decode_dev_mbps"], data["decode_tps"])
     r_text = f"Pearson r = {corr.r:.2f} (n = {corr.n}, p = {corr.p:.2g})" if corr else "r: too few points"
     ax.set_xlabel("device read MB/s during decode")
     ax.set_ylabel("decode tok/s")
-    ax.set_title(f"decode speed vs device throughput, {which} · {r_text}", fontsize=9)
-    ax.legend(fontsize=7, title="cell", title_fontsize=7)
-    return save(fig, out_dir, "decode_vs_device", set_id, settings, runs)
+    ax.set_title(f"decode speed vs device throughput, {which}\n{r_text}", fontsize=9)
+    fig.legend(fontsize=7, title="cell (r within the cell)", title_fontsize=7, loc="outside lower center", ncols=2)
+    numbers = {"r": corr.r if corr else None, "p": corr.p if corr else None, "n": corr.n if corr else len(data),
+               "which": which, "cells": per_cell}
+    return save(fig, out_dir, "decode_vs_device", set_id, settings, runs, numbers)
 
 
 def decode_vs_fio(runs: pd.DataFrame, requests: pd.DataFrame, fio: pd.DataFrame, params: list[str],
                   out_dir: Path, set_id: str, settings: str) -> list[Path]:
-    """F3: decode-time device MB/s per cell (mean ± sd over requests) next to the fio ladder bars."""
+    """F3: decode-time device MB/s per cell (mean ± sd over requests) next to the fio ladder bars; horizontal,
+    so the long cell names read without rotation."""
     data = ok_requests(runs, requests, params)
     if data.empty or fio.empty:
         return []
@@ -79,13 +90,17 @@ def decode_vs_fio(runs: pd.DataFrame, requests: pd.DataFrame, fio: pd.DataFrame,
     means = list(ladder["mean"]) + list(decode["mean"])
     sds = [0 if pd.isna(s) else s for s in list(ladder["std"]) + list(decode["std"])]
     colors = ["0.6"] * len(ladder) + ["tab:blue"] * len(decode)
-    fig, ax = plt.subplots(figsize=(max(7, 0.7 * len(labels)), 4.5))
-    bars = ax.bar(range(len(labels)), means, yerr=sds, color=colors, capsize=3)
-    ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2)
-    ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=7)
-    ax.set_ylabel("read MB/s (mean ± sd)")
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.32 * len(labels)), layout="constrained")
+    bars = ax.barh(range(len(labels)), means, xerr=sds, color=colors, capsize=3)
+    ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=4)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(m + s for m, s in zip(means, sds, strict=True)) * 1.15)
+    ax.set_xlabel("read MB/s (mean ± sd)")
     ax.set_title("device throughput while decoding vs fio on the same file (grey: fio ladder)", fontsize=9)
-    return save(fig, out_dir, "decode_vs_fio", set_id, settings, runs)
+    numbers = {"fio_mbps": dict(zip(ladder.index, ladder["mean"], strict=True)),
+               "decode_mbps": dict(zip(decode.index, decode["mean"], strict=True))}
+    return save(fig, out_dir, "decode_vs_fio", set_id, settings, runs, numbers)
 
 
 def baseline_cell(runs: pd.DataFrame, params: list[str], chosen: dict[str, Any] | None) -> dict[str, Any]:
@@ -117,28 +132,6 @@ def change_table(runs: pd.DataFrame, requests: pd.DataFrame, bench: pd.DataFrame
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
-def change_vs_baseline_figure(table: pd.DataFrame, params: list[str], out_dir: Path, set_id: str,
-                              settings: str, runs: pd.DataFrame) -> list[Path]:
-    """F4: one panel per metric; bars = change vs the baseline cell in %, error bars = sd over rounds."""
-    if table.empty or not params:
-        return []
-    metrics = list(dict.fromkeys(table["metric"]))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 4), squeeze=False)
-    for ax, metric in zip(axes[0], metrics, strict=True):
-        sub = table[table["metric"] == metric].reset_index(drop=True)
-        labels = [cell_label(row, params) for _, row in sub.iterrows()]
-        colors = ["0.6" if b else "tab:blue" for b in sub["is_baseline"]]
-        bars = ax.bar(range(len(sub)), sub["change_pct"], yerr=sub["change_sd_pct"].fillna(0), color=colors,
-                      capsize=3)
-        ax.bar_label(bars, labels=[f"{m:.1f}" for m in sub["mean"]], fontsize=6, padding=2)
-        ax.axhline(0, color="0.3", lw=0.8)
-        ax.set_xticks(range(len(sub)), labels, rotation=40, ha="right", fontsize=6)
-        ax.set_ylabel("change vs baseline, % (± sd over rounds)")
-        ax.set_title(metric, fontsize=9)
-    fig.suptitle("change vs the same-session baseline (grey); bar labels: mean tok/s", fontsize=9)
-    return save(fig, out_dir, "change_vs_baseline", set_id, settings, runs)
-
-
 @register_figure("decode_vs_device", needs=(RUNS, REQUESTS), group="streaming")
 def _decode_vs_device(context: FigureContext) -> list[Path]:
     return decode_vs_device(context.table(RUNS.name), context.table(REQUESTS.name), context.params,
@@ -149,12 +142,3 @@ def _decode_vs_device(context: FigureContext) -> list[Path]:
 def _decode_vs_fio(context: FigureContext) -> list[Path]:
     return decode_vs_fio(context.table(RUNS.name), context.table(REQUESTS.name), context.table(FIO.name),
                          context.params, context.out_dir, context.set_id, context.settings)
-
-
-@register_figure("change_vs_baseline", needs=(RUNS,), needs_any=(REQUESTS, BENCH), group="streaming")
-def _change_vs_baseline(context: FigureContext) -> list[Path]:
-    runs = context.table(RUNS.name)
-    baseline = baseline_cell(runs, context.params, context.baseline)
-    changes = change_table(runs, context.table(REQUESTS.name), context.table(BENCH.name), context.params, baseline)
-    return change_vs_baseline_figure(changes, context.params, context.out_dir, context.set_id, context.settings,
-                                     runs)

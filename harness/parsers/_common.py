@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import BinaryIO
 
 
 def text_of(data: bytes | str) -> str:
@@ -15,7 +16,7 @@ def text_of(data: bytes | str) -> str:
 
 def numbered_lines(data: bytes | str) -> Iterator[tuple[int, str]]:
     """(1-based line number, line without its newline and trailing blanks), blank lines skipped."""
-    for number, line in enumerate(text_of(data).splitlines(), start=1):
+    for number, line in enumerate(iter_lines(data), start=1):
         line = line.rstrip()
         if line:
             yield number, line
@@ -24,3 +25,33 @@ def numbered_lines(data: bytes | str) -> Iterator[tuple[int, str]]:
 def header_fields(line: str) -> dict[str, str]:
     """``# harness-sampler v1 mode=block dev=vda period_ms=10`` -> {'mode': 'block', ...}."""
     return dict(word.split("=", 1) for word in line.lstrip("#").split() if "=" in word)
+
+
+def iter_lines(data: bytes | str | BinaryIO) -> Iterator[str]:
+    """``text_of(data).splitlines()``, one line at a time: a large capture is never held a second time as
+    decoded text plus a list of lines, and an open (seekable) file is read from its start as it goes. Split at
+    b"\\n" first (it ends no multibyte character and starts no \\r\\n), then each piece is decoded and split as
+    the whole text would be."""
+    if isinstance(data, str):
+        yield from data.splitlines()
+        return
+    first = True
+    for piece in _pieces(data):
+        text = piece.decode("utf-8", errors="replace")
+        if first:
+            text, first = text.lstrip("\ufeff"), False
+        yield from text.splitlines()
+
+
+def _pieces(data: bytes | BinaryIO) -> Iterator[bytes]:
+    """The capture cut after every b"\\n"."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        data.seek(0)
+        yield from data
+        return
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end + 1
+        yield bytes(data[start:end])
+        start = end

@@ -8,11 +8,15 @@ Sampler form::
     # harness-sampler v1 mode=block dev=vda period_ms=10 clock=monotonic
     <t_ns> <stat fields...>
     # stop t_ns=... samples=... overruns=...
+
+Ingest reads the sampler form column-wise, intervals included (``harness.collectors.sampler_tables``);
+the functions here stay the reference, and the reader of anything else.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from ._common import header_fields, numbered_lines
 from .base import ParseError, register_parser
@@ -54,7 +58,11 @@ def _stat_row(values: list[int], line: int, t_ns: int | None, device: str | None
 @register_parser("blockstat")
 def parse_blockstat(data: bytes) -> list[dict[str, Any]]:
     """One row per stat line; ``t_ns`` and ``device`` are filled only under a sampler header."""
-    rows: list[dict[str, Any]] = []
+    return list(block_records(data))
+
+
+def block_records(data: bytes | BinaryIO) -> Iterator[dict[str, Any]]:
+    """The rows of :func:`parse_blockstat`, one at a time (the lines are read lazily too)."""
     sampler: dict[str, str] | None = None
     for number, line in numbered_lines(data):
         if line.startswith("#"):
@@ -67,10 +75,9 @@ def parse_blockstat(data: bytes) -> list[dict[str, Any]]:
             continue  # '# stop ...' and other comments are metadata
         values = _integers(line.split(), number)
         if sampler is not None:
-            rows.append(_stat_row(values[1:], number, values[0], sampler.get("dev")))
+            yield _stat_row(values[1:], number, values[0], sampler.get("dev"))
         else:
-            rows.append(_stat_row(values, number, None, None))
-    return rows
+            yield _stat_row(values, number, None, None)
 
 
 def _diff(before: dict[str, Any], after: dict[str, Any], key: str) -> int | None:

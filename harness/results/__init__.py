@@ -3,5 +3,5 @@
 The tables a set can hold are catalogued in :mod:`harness.results.tables`.
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the runs table has `variant` (harness results upgrade turns 1 into 2)
 INCOMPLETE_SUFFIX = ".incomplete"

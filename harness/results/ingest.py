@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from harness.collectors import COLLECTORS
 from harness.parsers import ParseError
@@ -21,7 +22,9 @@ from harness.parsers.blockstat import parse_snapshot
 from harness.results.cachestate import cache_drop_columns
 from harness.results.emulation import emulation_columns
 from harness.results.store import disk_error
+from harness.results.streamed import RunTable, StreamedTables
 from harness.results.tables import FACTS, RUNS, TABLES_DIR, table_file
+from harness.results.variants import variant_label
 from harness.steps import STEPS
 
 Rows = list[dict[str, Any]]
@@ -76,19 +79,19 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
     return row
 
 
-def ingest_run(raw_dir: Path, planned: dict[str, Any]) -> dict[str, Rows]:
-    """All table rows one run contributes."""
+def ingest_run(raw_dir: Path, planned: dict[str, Any]) -> dict[str, Rows | RunTable]:
+    """All table rows one run contributes (a table a collector read column-wise, as a RunTable)."""
     record_path = raw_dir / "run.json"
     try:
         record = json.loads(record_path.read_text()) if record_path.exists() else None
     except ValueError:
         record = None  # a pull cut short (a full disk): the run counts as not pulled; --resume pulls it again
-    tables: dict[str, Rows] = {RUNS.name: [run_row(planned, record)]}
+    tables: dict[str, Rows | RunTable] = {RUNS.name: [run_row(planned, record)]}
     if record is None:
         return tables
     sources = [(planned["step"], STEPS[planned["step"]])]
     sources += [(spec["kind"], COLLECTORS[spec["kind"]]) for spec in record["spec"].get("collectors", [])]
-    pieces: list[dict[str, Rows]] = []
+    pieces: list[dict[str, Rows | pa.Table]] = []
     for name, source in sources:
         try:
             pieces.append(source.ingest(raw_dir, record))
@@ -101,6 +104,9 @@ def ingest_run(raw_dir: Path, planned: dict[str, Any]) -> dict[str, Rows]:
     t0 = (record.get("step_started") or {}).get("mono_ns")
     for piece in pieces:
         for table, rows in piece.items():
+            if isinstance(rows, pa.Table):  # threads, blockstat: run_id, target, t_rel_s added as it is written
+                tables[table] = RunTable(rows, planned["run_id"], planned["target"], t0)
+                continue
             for row in rows:
                 row["run_id"], row["target"] = planned["run_id"], planned["target"]
                 if t0 is not None and row.get("t_ns") is not None:
@@ -121,10 +127,17 @@ def _frame(rows: Rows) -> pd.DataFrame:
 def write_tables(set_path: Path, manifest: dict[str, Any]) -> dict[str, int]:
     """(Re)build every table of a result set from its raw directories; return row counts."""
     tables: dict[str, Rows] = {RUNS.name: []}
+    streamed = StreamedTables(set_path)  # written run by run: an hour of thread samples is 11.5 M rows
     for planned in manifest["runs"]:
         raw_dir = set_path / "raw" / planned["target"] / planned["run_id"]
         for table, rows in ingest_run(raw_dir, planned).items():
-            tables.setdefault(table, []).extend(rows)
+            if isinstance(rows, RunTable):
+                streamed.write(table, rows)
+            else:
+                tables.setdefault(table, []).extend(rows)
+    params = list(manifest.get("matrix") or {})
+    for row in tables[RUNS.name]:
+        row["variant"] = variant_label(row, params)  # schema 2: history and gate select a cell by its name
     facts: Rows = []
     for target in manifest.get("targets", []):
         for key, value in sorted((target.get("facts") or {}).items()):
@@ -134,7 +147,7 @@ def write_tables(set_path: Path, manifest: dict[str, Any]) -> dict[str, int]:
     tables[FACTS.name] = facts
     out = set_path / TABLES_DIR
     out.mkdir(exist_ok=True)
-    counts = {}
+    counts = streamed.finish()
     for name, rows in tables.items():
         # a temporary name, then the real one: a full disk never leaves a truncated table under its name
         tmp = out / f".{table_file(name)}.tmp"

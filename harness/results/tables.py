@@ -28,7 +28,8 @@ def table_file(name: str) -> str:
     return f"{name}.parquet"
 
 
-RUNS = Table("runs", "one planned run: plan, status, timings, entry state, cache, device deltas, emu_* (ingest)")
+RUNS = Table("runs", "one planned run: plan, variant (cell and cache label), status, timings, entry state, cache, "
+                     "device deltas, emu_* (ingest)")
 FACTS = Table("facts", "one fact of one target: key, value as text (ingest, from the manifest)")
 FIO = Table("fio", "one fio job of an fio run (fio step)")
 READS = Table("reads", "one read run as the reader saw it: pattern, block size, bytes, seconds (read step)")

@@ -1,0 +1,98 @@
+"""A second look at suspected regressions: the set's own experiment, only some of its cells, N more rounds.
+
+``harness gate --confirm N`` calls this when a cell looks like a regression. The cells (a step of one matrix cell
+and cache condition, named by one of the set's runs) are planned again from the set's experiment, in N
+interleaved rounds, and run on the same targets as a new result set beside the original, whose manifest says
+``confirms: <set id>``. The caller then decides on both sets' observations together. Anything that keeps the
+runs from being measured (a board unreachable, a lease lost, a run not ok) is an InfrastructureError (exit 3):
+a confirmation that did not happen is neither a regression nor a pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from harness.boards.inventory import load_targets, select_targets
+from harness.boards.lease import DEFAULT_WAIT_S
+from harness.campaign.orchestrator import Campaign, CampaignResult
+from harness.campaign.plan import Plan, build_plan
+from harness.campaign.resolve import load_resolved
+from harness.config.experiment import LoadedExperiment
+from harness.errors import HarnessError, InfrastructureError, UsageError
+from harness.results import INCOMPLETE_SUFFIX
+from harness.results.store import ResultSetWriter
+
+CellKey = tuple[str, str, str]  # step label, params (JSON, sorted keys), cache
+
+
+def experiment_of(set_path: Path, manifest: dict[str, Any]) -> LoadedExperiment:
+    """The set's experiment: the original file when it is unchanged (relative paths in it still resolve as they
+    did), else the copy the set stores."""
+    original = Path(manifest["experiment"]["path"])
+    unchanged = original.exists() and \
+        hashlib.sha256(original.read_bytes()).hexdigest() == manifest["experiment"]["sha256"]
+    copy = set_path / "experiment.yaml"
+    if not unchanged and not copy.exists():
+        raise UsageError(f"{set_path}: neither the experiment {original} (unchanged) nor its copy experiment.yaml "
+                         "is there: cannot plan a confirmation")
+    return load_resolved(original if unchanged else copy)
+
+
+def _cell_key(step_label: str, params: dict[str, Any], cache: str) -> CellKey:
+    return step_label, json.dumps(params, sort_keys=True, default=str), cache
+
+
+def confirmation_plan(loaded: LoadedExperiment, cells: set[CellKey], rounds: int) -> Plan:
+    """The experiment's runs of ``cells`` only, in ``rounds`` interleaved rounds, numbered from 1."""
+    more = LoadedExperiment(loaded.experiment.model_copy(update={"rounds": rounds}), loaded.doc, loaded.path,
+                            loaded.text)
+    chosen = [run for run in build_plan(more).runs if _cell_key(run.cell.label, run.params, run.cache) in cells]
+    plan = Plan(more)
+    for index, run in enumerate(chosen, start=1):
+        run_id = f"{index:04d}-{run.run_id.split('-', 1)[1]}"
+        plan.runs.append(dataclasses.replace(run, index=index, run_id=run_id))
+    return plan
+
+
+def confirm(set_path: Path, run_ids: Iterable[tuple[str, str]], rounds: int, *, targets_dir: Path | None = None,
+            progress: Any = None, lease_wait_s: float = DEFAULT_WAIT_S) -> Path:
+    """Re-run the cells of the given (target, run id)s of the set at ``set_path``; the new set's path."""
+    manifest = json.loads((set_path / "manifest.json").read_text())
+    wanted = set(run_ids)
+    entries = [run for run in manifest["runs"] if (run["target"], run["run_id"]) in wanted]
+    cells = {_cell_key(run["step_label"], run.get("params") or {}, run["cache"]) for run in entries}
+    plan = confirmation_plan(experiment_of(set_path, manifest), cells, rounds)
+    if not plan.runs:
+        raise UsageError(f"{set_path}: none of the cells to confirm is in its experiment any more")
+    names = sorted({run["target"] for run in entries})
+    targets = select_targets(names, load_targets(targets_dir), source=str(set_path))
+    campaign = Campaign(plan, targets, set_path.parent, scratch=manifest.get("scratch"), progress=progress,
+                        lease_wait_s=lease_wait_s)
+    result: CampaignResult | None = None
+    try:
+        result = campaign.run()
+    except HarnessError as exc:
+        raise InfrastructureError(f"confirmation of {manifest['set_id']} on {', '.join(names)}: {exc}") from exc
+    finally:
+        _mark_confirms(set_path.parent, campaign.ctx.set_id, manifest["set_id"], rounds)
+    if result.interrupted:
+        raise KeyboardInterrupt  # the user stopped it: the caller exits as an interrupted command does
+    bad = {status: n for status, n in result.statuses.items() if status != "ok"}
+    if not result.complete or bad:
+        said = ", ".join(f"{n} {status}" for status, n in sorted(bad.items())) or "incomplete"
+        raise InfrastructureError(f"confirmation set {result.path}: runs not ok ({said}); see its manifest")
+    return result.path
+
+
+def _mark_confirms(results_dir: Path, set_id: str, confirms: str, rounds: int) -> None:
+    """Say in the new set's manifest which set it confirms (complete or not, once it exists)."""
+    for path in (results_dir / set_id, results_dir / (set_id + INCOMPLETE_SUFFIX)):
+        if (path / "manifest.json").exists():
+            writer = ResultSetWriter.reopen(path, json.loads((path / "manifest.json").read_text()))
+            writer.manifest["confirms"] = {"set_id": confirms, "rounds": rounds}
+            writer.save()

@@ -1,0 +1,68 @@
+"""Per-cell samples of one metric from a result set: the tidy rows ``harness compare`` and ``harness gate`` decide on.
+
+One row per observation: ``target, variant, step, test, metric, round, value`` and the ``run_id`` it came from. A
+cell is (target, variant, step, test): ``variant`` is the run's matrix cell and cache condition
+(:mod:`harness.results.variants`), ``step`` the run's ``step_label`` (``fio``, or ``fio2`` for a second fio step),
+``test`` the metric's test column (llama-bench's ``tg32``, fio's job name; "" when the metric has none). Only runs
+with status ok contribute: a failed run's partial rows are not a measurement. Which runs were not ok is
+:func:`runs_not_ok`'s answer, for callers that must tell a missing measurement from a bad one.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.results.loader import ResultSet
+from harness.results.metrics import Metric
+from harness.results.tables import RUNS
+from harness.results.variants import variants
+
+SAMPLE_COLUMNS = ["target", "variant", "step", "test", "metric", "round", "value", "run_id"]
+CELL = ["target", "variant", "step", "test"]
+
+
+def matrix_keys(result_set: ResultSet) -> list[str]:
+    """The experiment's matrix keys in the experiment's order (what a variant label is made of)."""
+    return list(result_set.manifest.get("matrix") or {})
+
+
+def labelled_runs(result_set: ResultSet) -> pd.DataFrame:
+    """The runs table with every run's ``variant`` (the table's own column from schema 2; computed otherwise)."""
+    runs = result_set.table(RUNS.name)
+    if runs.empty or "variant" in runs:
+        return runs
+    return runs.assign(variant=variants(runs, matrix_keys(result_set)))
+
+
+def missing_columns(result_set: ResultSet, metric: Metric) -> list[str]:
+    """The columns ``metric`` is computed from that the set's table lacks (all of them when it has no rows)."""
+    table = result_set.table(metric.table.name)
+    if table.empty:
+        return list(metric.needs)
+    return [column for column in metric.needs if column not in table]
+
+
+def samples(result_set: ResultSet, metric: Metric) -> pd.DataFrame:
+    """Every finite observation of ``metric`` in the set's runs with status ok, as tidy rows (SAMPLE_COLUMNS)."""
+    table, runs = result_set.table(metric.table.name), labelled_runs(result_set)
+    if table.empty or runs.empty or missing_columns(result_set, metric):
+        return pd.DataFrame(columns=SAMPLE_COLUMNS)
+    observed = pd.DataFrame({
+        "run_id": table["run_id"], "target": table["target"], "value": metric.observations(table),
+        "test": table[metric.test].astype(str) if metric.test and metric.test in table else ""})
+    ok = runs.loc[runs["status"] == "ok", ["run_id", "target", "variant", "step_label", "round"]]
+    rows = observed.merge(ok, on=["run_id", "target"], how="inner").rename(columns={"step_label": "step"})
+    rows = rows[rows["value"].notna() & (rows["value"].abs() != float("inf"))]
+    return rows.assign(metric=metric.name)[SAMPLE_COLUMNS].reset_index(drop=True)
+
+
+def runs_not_ok(result_set: ResultSet) -> pd.DataFrame:
+    """Runs whose status is not ok (failed, died, timed-out, interrupted, skipped, not run), with their cell and
+    error: ``target, run_id, variant, step, status, error``."""
+    runs = labelled_runs(result_set)
+    columns = ["target", "run_id", "variant", "step", "status", "error"]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    bad = runs[runs["status"] != "ok"]
+    bad = bad.assign(step=bad["step_label"], error=bad["error"] if "error" in bad else None)
+    return bad[columns].reset_index(drop=True)
