@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.console import Console
 
 from harness.campaign import stopping
+from harness.commands.common import err_console
 from harness.errors import HarnessError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -19,7 +19,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 results_app = typer.Typer(no_args_is_help=True, help="List and inspect result sets.")
 app.add_typer(results_app, name="results")
 
-err_console = Console(stderr=True)
 _state = {"debug": False}
 
 
@@ -29,6 +28,8 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks for
 
 
 def _register() -> None:
+    if app.registered_commands:  # main() called again in one process (the tests run the CLI in-process)
+        return
     from harness.commands import (
         ci,
         compare,

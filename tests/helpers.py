@@ -52,6 +52,43 @@ def run_cli(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict[str, s
     return done
 
 
+def cli_in_process(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None,
+                   ) -> subprocess.CompletedProcess[str]:
+    """Run ``harness ARGS`` through its real entry point (``harness.cli.main``) inside this process: the same
+    parsing, output and exit codes as :func:`run_cli` without starting Python and loading pandas and scipy again,
+    for the quick tests of commands that only read and write files. Never for a campaign (signals, children)."""
+    import io
+
+    from harness import cli
+    from harness.commands.common import console, err_console
+
+    if args and args[0] in ("run", "deploy"):
+        raise AssertionError("cli_in_process is for commands that do not start a campaign: use run_cli")
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), Path.cwd()
+    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    saved_widths = console.width, err_console.width
+    os.environ.update({"COLUMNS": "200", **(env or {})})
+    console.width = err_console.width = 200  # as run_cli's COLUMNS=200 gives a fresh process
+    code: int | str | None = 0
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.main(list(args))
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        console.width, err_console.width = saved_widths
+        for signum, handler in saved_signals.items():
+            signal.signal(signum, handler)
+    returncode = code if isinstance(code, int) else (0 if code is None else 1)
+    return subprocess.CompletedProcess(["harness", *args], returncode, out.getvalue(), err.getvalue())
+
+
 def wait_for(what: str, check: Callable[[], T | None], timeout: float = 120, interval: float = 0.05) -> T:
     """Poll ``check`` until it returns something truthy and return that; after ``timeout`` seconds fail the test
     saying what was awaited. ``check`` may raise OSError or ValueError (a file half-written, not there yet):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, cli_in_process
 
 WORKFLOW = REPO / ".github" / "workflows" / "regression.yml"
 CHECK_JSONSCHEMA = REPO / ".venv" / "bin" / "check-jsonschema"
@@ -31,7 +31,7 @@ def load(path: Path) -> dict:
 
 def ci_init(tmp_path: Path, *args: str) -> Path:
     out = tmp_path / "regression.yml"
-    done = run_cli("ci", "init", "--out", str(out), *args)
+    done = cli_in_process("ci", "init", "--out", str(out), *args)
     assert done.returncode == 0, done.stderr
     return out
 
@@ -130,9 +130,9 @@ def test_ci_init_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
                        (["--out", str(tmp_path / "x.yml"), "--experiment", "experiments/mine.yaml"], "no such file"),
                        (["--out", str(tmp_path / "x.yml"), "--experiment", "experiments/storage-baseline.yaml"],
                         "no matrix")):
-        done = run_cli("ci", "init", *args)
+        done = cli_in_process("ci", "init", *args)
         assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
             done.stderr
     assert out.read_text() == "name: mine\n"
-    assert run_cli("ci", "init", "--out", str(out), "--force").returncode == 0
+    assert cli_in_process("ci", "init", "--out", str(out), "--force").returncode == 0
     assert out.read_text() == WORKFLOW.read_text()

@@ -30,7 +30,7 @@ from harness.figures.report import draw_figures
 from harness.figures.threads import CLASSES, thread_range, thread_state_table
 from harness.results import SCHEMA_VERSION
 from harness.results.tables import TABLES_DIR, table_file
-from tests.helpers import run_cli
+from tests.helpers import cli_in_process
 
 T0 = 1_000_000_000_000  # the runs' monotonic clock, ns
 RUN_NS = 10_000_000_000
@@ -346,7 +346,7 @@ def _write_set(path: Path, tables: dict[str, pd.DataFrame]) -> Path:
 def test_report_cli_names_every_figure_it_did_not_draw(tables: dict[str, pd.DataFrame], tmp_path: Path) -> None:
     keep = ("runs", "reads", "fio")
     path = _write_set(tmp_path / "set", {k: v for k, v in tables.items() if k in keep})
-    done = run_cli("report", str(path))
+    done = cli_in_process("report", str(path))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     for line in ("not drawn: decode_vs_device (no requests table)", "not drawn: thread_states (no threads table)",

@@ -17,7 +17,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 
 from harness.results import SCHEMA_VERSION
 from harness.results.variants import variant_label
-from tests.helpers import private_base, private_targets_dir, run_campaign, run_cli
+from tests.helpers import cli_in_process, private_base, private_targets_dir, run_campaign, run_cli
 
 EXPERIMENT = """\
 name: gatetest
@@ -84,7 +84,9 @@ def decode_cells(seed: int, change: float, bytes_change: float = 1.0) -> dict[st
 
 
 def gate(results: Path, *args: str, env: dict[str, str] | None = None):  # noqa: ANN201 - CompletedProcess
-    return run_cli("gate", "--results", str(results), *args, env=env)
+    # a confirmation runs a campaign: a process of its own; the rest run in this process (quick)
+    run = run_cli if "--confirm" in args else cli_in_process
+    return run("gate", "--results", str(results), *args, env=env)
 
 
 def test_an_injected_10_percent_decode_regression_fails_the_gate(tmp_path: Path) -> None:
@@ -255,7 +257,7 @@ def test_confirm_runs_nothing_when_nothing_is_suspected(tmp_path: Path) -> None:
 def test_compare_two_sets_and_two_variants(tmp_path: Path) -> None:
     write_set(tmp_path, "20261124-000000-gatetest-111111", decode_cells(seed=4, change=1.0))
     write_set(tmp_path, "20261201-000000-gatetest-222222", decode_cells(seed=5, change=0.8))
-    done = run_cli("compare", "--results", str(tmp_path), "20261124-000000-gatetest-111111",
+    done = cli_in_process("compare", "--results", str(tmp_path), "20261124-000000-gatetest-111111",
                    "20261201-000000-gatetest-222222", "--format", "json")
     assert done.returncode == 0, done.stderr
     cells = {(c["metric"], c["variant"]): c for c in json.loads(done.stdout)["cells"]}
@@ -263,12 +265,12 @@ def test_compare_two_sets_and_two_variants(tmp_path: Path) -> None:
     slower = cells[("decode_tps", "arm=b cold")]
     assert slower["ratio"] == pytest.approx(0.8, abs=0.05) and slower["low"] < slower["ratio"] < slower["high"]
     assert slower["p"] < 0.01 and (slower["n_baseline"], slower["n_candidate"]) == (20, 20)
-    variants = run_cli("compare", "--results", str(tmp_path), "20261201-000000-gatetest-222222",
+    variants = cli_in_process("compare", "--results", str(tmp_path), "20261201-000000-gatetest-222222",
                        "--baseline-variant", "arm=a", "--metric", "decode_tps", "--format", "md")
     assert variants.returncode == 0, variants.stderr
     [row] = [line for line in variants.stdout.splitlines() if line.startswith("| local")]
     assert "arm=b cold | arm=a cold | 20/20" in row
-    table = run_cli("compare", "--results", str(tmp_path), "20261124-000000-gatetest-111111",
+    table = cli_in_process("compare", "--results", str(tmp_path), "20261124-000000-gatetest-111111",
                     "20261201-000000-gatetest-222222", "--metric", "decode_tps")
     assert table.returncode == 0 and "decode_tps (tok/s, higher is better)" in table.stdout
 

@@ -15,7 +15,7 @@ from PIL import Image
 from harness.figures.base import NUMBERS_KEY
 from harness.results import INCOMPLETE_SUFFIX
 from harness.results.history import open_history, views
-from tests.helpers import run_cli
+from tests.helpers import cli_in_process
 
 pytestmark = pytest.mark.slow  # the small campaign runs once per session
 
@@ -54,7 +54,7 @@ def source_runs(small_campaign: dict) -> pd.DataFrame:
 
 
 def query(results: Path, sql: str, *args: str) -> pd.DataFrame:
-    done = run_cli("results", "query", sql, "--results", str(results), "--format", "csv", *args)
+    done = cli_in_process("results", "query", sql, "--results", str(results), "--format", "csv", *args)
     assert done.returncode == 0, done.stderr
     return pd.read_csv(io.StringIO(done.stdout))
 
@@ -68,7 +68,7 @@ def test_query_spans_every_complete_set_with_the_set_columns(history: Path, sour
 
 
 def test_incomplete_sets_are_left_out_unless_asked(history: Path) -> None:
-    done = run_cli("results", "query", "SELECT set_id FROM sets", "--results", str(history), "--format", "csv")
+    done = cli_in_process("results", "query", "SELECT set_id FROM sets", "--results", str(history), "--format", "csv")
     assert done.returncode == 0 and SETS[2][0] not in done.stdout
     assert "1 incomplete set" in done.stderr and "--include-incomplete" in done.stderr
     both = query(history, "SELECT set_id, status FROM sets ORDER BY started", "--include-incomplete")
@@ -88,7 +88,7 @@ def test_last_sets_are_ordered_by_start_and_select_a_cell_by_name(history: Path,
 
 
 def test_a_sql_error_is_one_line_naming_the_views(history: Path) -> None:
-    done = run_cli("results", "query", "SELECT nope FROM runs", "--results", str(history))
+    done = cli_in_process("results", "query", "SELECT nope FROM runs", "--results", str(history))
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()[-1:]
     assert "query failed" in line and "nope" in line and "views: " in line and "runs" in line and "sets" in line
@@ -101,7 +101,7 @@ def test_a_set_of_another_schema_is_left_out_and_named(history: Path, tmp_path: 
     old = results / SETS[0][0]
     manifest = json.loads((old / "manifest.json").read_text())
     (old / "manifest.json").write_text(json.dumps(dict(manifest, schema_version=1)))
-    done = run_cli("results", "query", "SELECT DISTINCT set_id FROM runs", "--results", str(results),
+    done = cli_in_process("results", "query", "SELECT DISTINCT set_id FROM runs", "--results", str(results),
                    "--format", "csv")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["set_id", SETS[1][0]]
@@ -123,7 +123,7 @@ def test_python_helper_opens_every_table_and_the_sets_view(history: Path) -> Non
 
 def test_trend_draws_a_png_carrying_its_numbers(history: Path, tmp_path: Path, source_runs: pd.DataFrame) -> None:
     out = tmp_path / "trend.png"
-    done = run_cli("results", "trend", "read_mbps", "--cell", "cold", "--target", "local", "--results",
+    done = cli_in_process("results", "trend", "read_mbps", "--cell", "cold", "--target", "local", "--results",
                    str(history), "--out", str(out))
     assert done.returncode == 0, done.stderr
     numbers = json.loads(Image.open(out).text[NUMBERS_KEY])
@@ -139,8 +139,9 @@ def test_trend_draws_a_png_carrying_its_numbers(history: Path, tmp_path: Path, s
 
 
 def test_trend_names_the_cells_there_are(history: Path, tmp_path: Path) -> None:
-    done = run_cli("results", "trend", "read_mbps", "--cell", "threads=9 cold", "--target", "local",
+    done = cli_in_process("results", "trend", "read_mbps", "--cell", "threads=9 cold", "--target", "local",
                    "--results", str(history), "--out", str(tmp_path / "t.png"))
     assert done.returncode == 2 and "cells on local: cold, warm" in done.stderr
-    unknown = run_cli("results", "trend", "speed", "--cell", "cold", "--target", "local", "--results", str(history))
+    unknown = cli_in_process("results", "trend", "speed", "--cell", "cold", "--target", "local",
+                             "--results", str(history))
     assert unknown.returncode == 2 and "decode_tps" in unknown.stderr

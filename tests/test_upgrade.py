@@ -17,7 +17,7 @@ import pytest
 from harness.errors import ResultSetError
 from harness.results import SCHEMA_VERSION
 from harness.results.loader import load_result_set
-from tests.helpers import run_cli
+from tests.helpers import cli_in_process
 
 pytestmark = pytest.mark.slow  # copy_of_set: the small campaign runs once per session
 
@@ -50,7 +50,7 @@ def test_upgrade_writes_a_loadable_set_and_leaves_the_original_alone(copy_of_set
     original_runs = pd.read_parquet(copy_of_set / "tables" / "runs.parquet")
     old = make_v1(copy_of_set)
     before = snapshot(old)
-    done = run_cli("results", "upgrade", old.name, "--results", str(old.parent))
+    done = cli_in_process("results", "upgrade", old.name, "--results", str(old.parent))
     assert done.returncode == 0, done.stderr
     new = old.parent / f"{old.name}-v{SCHEMA_VERSION}"
     assert str(new) in done.stdout and snapshot(old) == before
@@ -64,13 +64,13 @@ def test_upgrade_writes_a_loadable_set_and_leaves_the_original_alone(copy_of_set
     raw = sorted(p for p in (old / "raw").rglob("*") if p.is_file())
     assert raw and all((new / p.relative_to(old)).read_bytes() == p.read_bytes() for p in raw)
     assert all(os.stat(new / p.relative_to(old)).st_ino == os.stat(p).st_ino for p in raw)  # hard links here
-    again = run_cli("results", "upgrade", old.name, "--results", str(old.parent))
+    again = cli_in_process("results", "upgrade", old.name, "--results", str(old.parent))
     assert again.returncode == 2 and "already upgraded" in again.stderr
 
 
 def test_upgrade_of_a_current_set_writes_nothing(copy_of_set: Path) -> None:
     before = sorted(copy_of_set.parent.iterdir())
-    done = run_cli("results", "upgrade", str(copy_of_set))
+    done = cli_in_process("results", "upgrade", str(copy_of_set))
     assert done.returncode == 0 and "nothing to do" in done.stdout and len(done.stdout.strip().splitlines()) == 1
     assert sorted(copy_of_set.parent.iterdir()) == before
 
@@ -79,16 +79,16 @@ def test_upgrade_of_a_newer_set_is_refused(copy_of_set: Path) -> None:
     manifest = json.loads((copy_of_set / "manifest.json").read_text())
     (copy_of_set / "manifest.json").write_text(json.dumps(dict(manifest, schema_version=SCHEMA_VERSION + 1)))
     before = sorted(copy_of_set.parent.iterdir())
-    done = run_cli("results", "upgrade", str(copy_of_set))
+    done = cli_in_process("results", "upgrade", str(copy_of_set))
     assert done.returncode == 2 and "newer than this harness" in done.stderr
     assert sorted(copy_of_set.parent.iterdir()) == before
 
 
 def test_an_upgraded_set_joins_the_history(copy_of_set: Path) -> None:
     old = make_v1(copy_of_set)
-    assert run_cli("results", "upgrade", str(old)).returncode == 0
-    done = run_cli("results", "query", "SELECT set_id, count(*) AS n FROM runs WHERE variant = 'cold' GROUP BY ALL",
-                   "--results", str(old.parent), "--format", "json")
+    assert cli_in_process("results", "upgrade", str(old)).returncode == 0
+    sql = "SELECT set_id, count(*) AS n FROM runs WHERE variant = 'cold' GROUP BY ALL"
+    done = cli_in_process("results", "query", sql, "--results", str(old.parent), "--format", "json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [{"set_id": f"{old.name}-v{SCHEMA_VERSION}", "n": 4}]
     assert old.name in done.stderr and "harness results upgrade" in done.stderr  # the v1 original, left out

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console()
+err_console = Console(stderr=True)  # one-line errors and notes, on stderr
 DEFAULT_RESULTS = Path("results")
 
 ResultsOpt = typer.Option(DEFAULT_RESULTS, "--results", help="directory that holds result sets")

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from harness.commands.common import ResultsOpt, console, frame_table
+from harness.commands.common import ResultsOpt, console, err_console, frame_table
 from harness.errors import ResultSetError, UsageError
 from harness.results.loader import find_result_set, list_result_sets, load_result_set
 
@@ -53,8 +52,6 @@ def show(result_set: str = typer.Argument(..., metavar="SET"), results: Path = R
     for figure in sorted((rs.path / "figures").glob("*.png")):
         console.print(f"figure: {figure}")
 
-
-err_console = Console(stderr=True)
 
 
 def err_line(line: str) -> None:

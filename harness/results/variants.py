@@ -7,21 +7,34 @@ queries select it, so one cell has one name everywhere.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas only where a table is labelled: `harness ci init` labels cells and starts fast
+    import pandas as pd
+
+
+def _present(value: Any) -> bool:
+    """Not None, NaN, pd.NA or NaT (a matrix key this run's step does not vary over is missing in the runs table)."""
+    if value is None:
+        return False
+    if isinstance(value, float):
+        return not math.isnan(value)
+    return type(value).__name__ not in ("NAType", "NaTType")
 
 
 def variant_label(values: Mapping[str, Any], params: Sequence[str]) -> str:
     """The label of one run (a runs row or a dict) for the experiment's matrix keys ``params``."""
-    parts = [f"{p}={values[p]}" for p in params if p in values and pd.notna(values[p])]
+    parts = [f"{p}={values[p]}" for p in params if p in values and _present(values[p])]
     cache = values.get("cache", "")
-    return " ".join(parts + ([str(cache)] if pd.notna(cache) and cache != "" else [])).strip()
+    return " ".join(parts + ([str(cache)] if _present(cache) and cache != "" else [])).strip()
 
 
 def variants(runs: pd.DataFrame, params: Sequence[str]) -> pd.Series:
     """The label of every row of ``runs`` (or of any table carrying the matrix columns and ``cache``)."""
+    import pandas as pd
+
     if runs.empty:
         return pd.Series(index=runs.index, dtype=object)
     return runs.apply(lambda row: variant_label(row, params), axis=1)
