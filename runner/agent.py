@@ -109,9 +109,11 @@ def _measure(ctx, record, native_bin, files, device):
     ctx.collectors.start_global()
     record["blockstat_before"] = blockstat_line(device)
     emulation.note_before_step()
+    ctx.interference.start()
     record["step_started"] = now()
     record["summary"] = STEPS[spec["step"]["kind"]](ctx, spec["step"])
     record["step_ended"] = now()
+    record["interference"] = ctx.interference.stop()  # who else had the machine meanwhile
     record["blockstat_after"] = blockstat_line(device)
     record["status"] = "ok"
 
@@ -121,6 +123,7 @@ def _clean_up(ctx, record, native_bin, files, device):
     for signum in STOP_SIGNALS:  # nothing may cut the clean-up short
         signal.signal(signum, signal.SIG_IGN)
     ctx.cleanup()
+    ctx.interference.stop()  # a step that failed or was stopped: only its sampling thread ends
     record.setdefault("step_ended", now())
     record.setdefault("blockstat_after", blockstat_line(device))
     emulation = ctx.emulation

@@ -13,7 +13,7 @@ runner/agent.py.
 
 from typing import Any, Dict, List, Optional, TypedDict, Union
 
-CONTRACT_VERSION = "1.0"
+CONTRACT_VERSION = "1.1"  # 1.1: run.json "interference"
 
 _DOCUMENTS = {"runner": "run spec", "controller": "run record"}  # what each reader reads
 
@@ -144,6 +144,31 @@ class CacheRecord(TypedDict, total=False):
     after_error: str
 
 
+class InterferenceRecord(TypedDict, total=False):
+    """Who else had the machine during the step (runner/interference.py says how each number is measured).
+    Contract 1.1; a 1.0 record has none (the controller's columns are then empty)."""
+
+    wall_s: float  # the measured window: the step
+    ncpu: int  # online CPUs
+    machine_busy_s: float  # /proc/stat user + nice + system over the window, every CPU
+    own_cpu_s: float  # the runner's process tree: the step, the runner, its collectors
+    foreign_cpu_pct: Optional[float]  # (machine busy - own) / (wall x ncpu) x 100
+    steal_s: float
+    steal_pct: Optional[float]  # the hypervisor's steal, of all CPU time in the window
+    irq_pct: Optional[float]  # irq + softirq, of all CPU time (not counted as foreign: the step's I/O is there)
+    resolution_pct: Optional[float]  # how finely the jiffy counters resolve a percentage over this window
+    run_s: float  # the step's tasks on a CPU (schedstat exec_runtime)
+    run_delay_s: float  # the step's tasks runnable but waiting for a CPU (schedstat run_delay)
+    runqueue_pct: Optional[float]  # run_delay / (run + run_delay) x 100; None without schedstat
+    tasks_seen: int
+    period_s: float  # how often the step's tasks were read
+    throttled: Optional[bool]  # a cpufreq cap lowered or throttle events during the step; None: not readable
+    cpu_cap_drop_khz: Optional[int]
+    throttle_events: Optional[int]
+    temp_max_c: Optional[float]  # the hottest thermal zone at the end
+    error: str  # the sampler failed: the numbers above may be partial
+
+
 class _RunRecordKeys(TypedDict):
     contract: str  # CONTRACT_VERSION of the runner that wrote it
     run_id: Optional[str]
@@ -172,3 +197,4 @@ class RunRecord(_RunRecordKeys, total=False):
     summary: Dict[str, Any]  # what the step returned (counts; the step's files hold the measurements)
     collector_errors: List[str]  # collectors that failed or were skipped (optional), one line each
     rusage: Dict[str, Dict[str, Any]]  # by process name: majflt, minflt, storage_read_bytes, utime_s, stime_s, ...
+    interference: Optional[InterferenceRecord]  # 1.1: other processes' CPU, steal, runqueue, throttling

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import time
 
+from runner.interference import InterferenceMeter
 from runner.steps.base import StepFailed
 from runner.util import tail
 
@@ -37,6 +38,7 @@ class RunContext:
         self.emulation = emulation
         self.processes = []
         self.rusage = {}
+        self.interference = InterferenceMeter()  # started and stopped around the step by the agent
 
     def path(self, name):
         return os.path.join(self.run_dir, name)
@@ -65,6 +67,7 @@ class RunContext:
             err.close()
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
         self.collectors.on_spawn(proc.pid)
+        self.interference.track(proc.pid)  # its threads' runqueue wait
         return proc
 
     def _child_setup(self):

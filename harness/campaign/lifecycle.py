@@ -29,6 +29,7 @@ from harness.campaign.spec import build_spec, run_limit_s
 from harness.emulation import controller as emulation
 from harness.errors import TargetError
 from harness.results.store import ResultSetWriter
+from harness.results.validity import NOT_PERTURBED, judge
 
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0
 INTERRUPT_GRACE_S = 20.0
@@ -75,6 +76,7 @@ class RunLifecycle:
         self.pid: int | None = None
         self.spec: dict[str, Any] = {}
         self.failure: str | None = None  # the controller's own verdict (the watchdog's); overrides the runner's
+        self.perturbed = False  # recorded ok but beyond the experiment's validity: limits
 
     @classmethod
     def adopt(cls, ctx: CampaignContext, session: TargetSession, writer: ResultSetWriter,
@@ -211,9 +213,15 @@ class RunLifecycle:
         pulled = pull_run(self.session, self.remote_dir, local, f"{self.target} {self.run.run_id}", self.ctx.progress)
         self._to(RunState.PULLED if pulled.here else RunState.NOT_PULLED)
         status, error, full = self._verdict(pulled, default_status)
-        self.writer.update_run(self.run.run_id, target=self.target, status=status, error=error)
+        # an ok run another process, steal or throttling disturbed stays ok, marked (harness/results/validity.py)
+        verdict = judge(pulled.record.get("interference"), self.ctx.experiment.validity) \
+            if status == "ok" and pulled.record is not None else NOT_PERTURBED
+        self.perturbed = verdict.perturbed
+        self.writer.update_run(self.run.run_id, target=self.target, status=status, error=error, **verdict.fields())
         self._to(RunState.RECORDED)
         self.ctx.progress.run_finished(self.target, self.run, status, error)
+        if verdict.perturbed:
+            self.ctx.progress.message(f"{self.target} {self.run.run_id}: perturbed: {verdict.reason}")
         if pulled.here:
             self.session.transport.run(["rm", "-rf", self.remote_dir])
         if full is not None:  # every later run would die the same way: stop here, resumable

@@ -44,8 +44,10 @@ class CampaignResult:
 
 class Campaign:
     def __init__(self, plan: Plan, targets: list[Target], results_dir: Path, *, scratch: str | None = None,
-                 progress: Progress | None = None, lease_wait_s: float = DEFAULT_LEASE_WAIT_S) -> None:
-        self.ctx = CampaignContext(plan, targets, progress or QuietProgress(), scratch=scratch)
+                 progress: Progress | None = None, lease_wait_s: float = DEFAULT_LEASE_WAIT_S,
+                 retry_perturbed: int = 0) -> None:
+        self.ctx = CampaignContext(plan, targets, progress or QuietProgress(), scratch=scratch,
+                                   retry_perturbed=retry_perturbed)
         self.results_dir, self.lease_wait_s = results_dir, lease_wait_s
 
     def run(self) -> CampaignResult:

@@ -1,9 +1,10 @@
 """One target's share of a campaign, in its own thread: its data files, its facts and expectations, then its
-runs one at a time (each between the board-state checks of ``runstate``), and at the end the files it created
-removed."""
+runs one at a time (each between the board-state checks of ``runstate``; with ``--retry-perturbed N`` a round's
+perturbed runs are measured again at the round's end), and at the end the files it created removed."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,22 +32,73 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
                              **({"engines": session.engines} if session.engines else {}))
         check_expectations(ctx, session, writer, facts, "before")
         ctx.progress.target_started(target.name, len(todo))
-        for run in todo:
-            if ctx.interrupt.is_set():
-                raise KeyboardInterrupt
-            if (target.name, run.run_id) in ctx.resumed_running and pull_finished(ctx, session, writer, run):
-                continue
-            # temperature gate and expectations around every run: clocks can change under load
-            expect = ctx.experiment.expect
-            record(writer, target.name, run, runstate.before_run(session, run, expect, ctx.progress.message))
-            RunLifecycle(ctx, session, writer, run).execute(paths)
-            record(writer, target.name, run, runstate.after_run(session, run, expect))
-            stopping.checkpoint("between-runs")
+        perturbed: list[PlannedRun] = []
+        for position, run in enumerate(todo):
+            if measure(ctx, writer, session, paths, run):
+                perturbed.append(run)
+            round_ends = position + 1 == len(todo) or todo[position + 1].round != run.round
+            if round_ends and perturbed:
+                retry_perturbed(ctx, writer, session, paths, perturbed)
+                perturbed = []
         check_expectations(ctx, session, writer, facts, "after")
     finally:
         files.remove_created(ctx, session, created)
         # pulled runs were removed one by one; the set's runs/ directory goes when empty (rmdir only)
         session.transport.run(["rmdir", f"{session.workdir}/runs/{ctx.set_id}"])
+
+
+def measure(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession, paths: dict[str, str],
+            run: PlannedRun) -> bool:
+    """One run between the board-state checks; True when it was recorded ok but perturbed."""
+    if ctx.interrupt.is_set():
+        raise KeyboardInterrupt
+    target = session.target.name
+    if (target, run.run_id) in ctx.resumed_running and pull_finished(ctx, session, writer, run):
+        return False
+    # temperature gate and expectations around every run: clocks can change under load
+    expect = ctx.experiment.expect
+    record(writer, target, run, runstate.before_run(session, run, expect, ctx.progress.message))
+    lifecycle = RunLifecycle(ctx, session, writer, run)
+    lifecycle.execute(paths)
+    record(writer, target, run, runstate.after_run(session, run, expect))
+    stopping.checkpoint("between-runs")
+    return lifecycle.perturbed
+
+
+def retry_perturbed(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession, paths: dict[str, str],
+                    perturbed: list[PlannedRun]) -> None:
+    """At the end of a round, measure its perturbed runs again (same cell, same cache condition), each up to
+    ``--retry-perturbed`` times until one is not perturbed. A retry is a new run, ``<run id>-retry<k>``, whose
+    manifest entry names its original (``retry_of``); the original stays in the tables, marked perturbed."""
+    pending = list(perturbed)
+    for attempt in range(1, ctx.retry_perturbed + 1):
+        if not pending:
+            return
+        ctx.progress.message(f"{session.target.name}: round {pending[0].round}: measuring {len(pending)} perturbed "
+                             f"run(s) again (retry {attempt} of {ctx.retry_perturbed})")
+        again = []
+        for original in pending:
+            retry = _planned_retry(writer, session.target.name, original, attempt)
+            if measure(ctx, writer, session, paths, retry):
+                again.append(original)
+        pending = again
+
+
+def _planned_retry(writer: ResultSetWriter, target: str, original: PlannedRun, attempt: int) -> PlannedRun:
+    """The retry's plan (the original's cell, round and cache) and its manifest entry, numbered after every run."""
+    with writer.lock:
+        mine = [entry for entry in writer.manifest["runs"] if entry.get("target") == target]
+        index = max(entry["index"] for entry in mine) + 1
+        retry = dataclasses.replace(original, index=index, run_id=f"{original.run_id}-retry{attempt}")
+        entry = next(e for e in mine if e["run_id"] == original.run_id)
+        planned = {key: entry[key] for key in _PLANNED_KEYS if key in entry}
+        writer.add_run({**planned, "run_id": retry.run_id, "index": index, "status": "pending",
+                        "retry_of": original.run_id})
+    return retry
+
+
+# what a retry's manifest entry takes from its original's (the rest is what happened to the original)
+_PLANNED_KEYS = ("target", "step", "step_label", "cache", "round", "repeat", "params", "estimate_s")
 
 
 def record(writer: ResultSetWriter, target: str, run: PlannedRun, found: Iterator[dict[str, Any]]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 # the registry's order is the order of 'known:' in error messages: the sampler's collectors first
 from harness.collectors import sampler  # noqa: F401  (registers blockstat, threads)
 from harness.collectors import platform  # noqa: F401  (registers the platform collectors)
+from harness.collectors import counters  # noqa: F401  (registers counters)
 # isort: on
 from harness.collectors.base import (
     COLLECTORS,

@@ -28,7 +28,7 @@ from harness.commands.gate_report import GateOutcome
 from harness.errors import InfrastructureError, UsageError
 from harness.results.loader import ResultSet, find_result_set, load_result_set
 from harness.results.metrics import Metric
-from harness.results.samples import runs_not_ok, samples
+from harness.results.samples import perturbed_note, runs_not_ok, samples
 
 
 def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, specs: list[MetricSpec],
@@ -50,6 +50,7 @@ def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, s
                           "same-session" if base is cand else "cross-session")
     if base is not cand:
         outcome.notes.append(CROSS_SESSION_NOTE)
+    outcome.notes += [note for one in ([cand] if base is cand else [cand, base]) if (note := perturbed_note(one))]
     pairs = _all_pairs(specs, cand, found, base_found, baseline_variant, base)
     outcome.rows = [_row(pair, spec) for pair, spec in pairs]
     suspected = [pair for (pair, _), row in zip(pairs, outcome.rows, strict=True) if row["suspected"]]

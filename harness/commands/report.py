@@ -11,12 +11,15 @@ from harness.results.loader import find_result_set
 
 
 def report(result_set: str = typer.Argument(..., metavar="SET", help="set id, unique part of it, or path"),
-           results: Path = ResultsOpt) -> None:
+           results: Path = ResultsOpt,
+           include_perturbed: bool = typer.Option(False, "--include-perturbed",
+                                                  help="count runs marked perturbed in the summaries and figures")
+           ) -> None:
     """Regenerate figures/ and report.md of a result set; name every figure not drawn and the table it lacks."""
     from harness.figures.report import render  # matplotlib: loaded only by the commands that draw
 
     path = find_result_set(result_set, results)
-    done = render(path)
+    done = render(path, include_perturbed=include_perturbed)
     for figure in done.figures:
         console.print(f"figure: {figure}", soft_wrap=True)
     for skipped in done.not_drawn:

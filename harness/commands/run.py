@@ -42,7 +42,14 @@ class RichProgress:
 
 
 def print_summary(result: CampaignResult) -> None:
-    from harness.figures.report import bench_summary, fio_summary, not_cleared_lines, read_summary, request_summary
+    from harness.figures.report import (
+        bench_summary,
+        fio_summary,
+        not_cleared_lines,
+        perturbed_lines,
+        read_summary,
+        request_summary,
+    )
 
     rs = load_result_set(result.path)
     state = "complete" if result.complete else "INCOMPLETE"
@@ -51,6 +58,8 @@ def print_summary(result: CampaignResult) -> None:
     runs = rs.table("runs")
     for line in filter(None, not_cleared_lines(runs) if not runs.empty else []):
         console.print(f"[yellow]{line.removeprefix('- ').replace('**', '')}[/]", highlight=False)
+    for line in filter(None, perturbed_lines(runs) if not runs.empty else []):
+        console.print(line.removeprefix("- ").replace("**", ""), style="yellow", highlight=False, markup=False)
     fio = fio_summary(rs)
     if not fio.empty:
         console.print(frame_table(fio, "fio ladder (read MB/s, mean over runs)"))
@@ -80,6 +89,9 @@ def run(experiment: Path = typer.Argument(None, help="experiment YAML (omit with
                                          help="how long to wait for a board another campaign holds (0: fail at once)"),
         resume: str = typer.Option(None, "--resume", metavar="SET",
                                    help="complete the missing, failed or interrupted runs of an incomplete set"),
+        retry_perturbed: int = typer.Option(0, "--retry-perturbed", metavar="N", min=0,
+                                            help="measure a perturbed run again at the end of its round, up to N "
+                                                 "times (0: only mark it)"),
         ) -> None:
     """Run an experiment on its targets and write a result set."""
     resume_path = None
@@ -98,7 +110,7 @@ def run(experiment: Path = typer.Argument(None, help="experiment YAML (omit with
                TextColumn("{task.fields[run]}"))
     with Progress(*columns, console=console, transient=False) as progress:
         campaign = Campaign(the_plan, chosen, results, scratch=scratch, progress=RichProgress(progress),
-                            lease_wait_s=lease_wait)
+                            lease_wait_s=lease_wait, retry_perturbed=retry_perturbed)
         result = campaign.resume(resume_path) if resume_path is not None else campaign.run()
     print_summary(result)
     if result.interrupted:

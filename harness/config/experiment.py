@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from harness.config.validate import StrictModel, validate
+from harness.config.validity import ValidityLimits, off_to_none
 from harness.config.yamlsrc import YamlDoc, load_yaml
 from harness.units import parse_size
 
@@ -108,6 +109,13 @@ class Experiment(StrictModel):
     # failed (default: the step's own timeout + RUN_SLACK_S for cache preparation and collectors)
     run_timeout_s: Annotated[float, Field(gt=0)] | None = None
     fio: FioPolicy = Field(default_factory=FioPolicy)
+    # interference limits: a run beyond one is marked perturbed and left out of summaries (off: none)
+    validity: ValidityLimits | None = Field(default_factory=ValidityLimits)
+
+    @field_validator("validity", mode="before")
+    @classmethod
+    def _validity_off(cls, value: Any) -> Any:
+        return off_to_none(value)
 
     @field_validator("matrix")
     @classmethod

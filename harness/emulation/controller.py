@@ -102,9 +102,10 @@ def preflight(session: Any, experiment: Any, doc: YamlDoc, paths: list[str]) -> 
 
 
 def repair(session: Any, spec: dict[str, Any], say: Callable[[str], None]) -> None:
-    """After a runner died (killed, crashed) in an emulated run: restore read_ahead_kb and remove its
-    cgroup now, rather than whenever the next runner starts on that machine."""
-    if not spec.get("emulate"):
+    """After a runner died (killed, crashed) in an emulated run, or one that collected counters: restore
+    read_ahead_kb and kernel.task_delayacct and remove its cgroup now, rather than whenever the next runner starts
+    on that machine."""
+    if not spec.get("emulate") and not any(c.get("kind") == "counters" for c in spec.get("collectors") or []):
         return
     try:
         done = session.transport.run([session.python, "-m", "runner.emulation", "repair"], cwd=session.runner_root,

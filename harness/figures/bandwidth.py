@@ -25,6 +25,7 @@ import pandas as pd
 
 from harness.figures.base import MB, FigureContext, register_figure
 from harness.figures.streaming import cold_if_any, ok_requests
+from harness.results.selection import usable_runs
 from harness.results.tables import FIO, REQUESTS, RUNS
 
 FROM_FIO = "fio ladder at the achieved queue depth"
@@ -36,7 +37,7 @@ def fio_curves(runs: pd.DataFrame, fio: pd.DataFrame) -> pd.DataFrame:
     needed = {"bs_bytes", "iodepth", "read_bw_bytes_per_s"}
     if fio.empty or not needed <= set(fio.columns):
         return pd.DataFrame(columns=["target", "bs_bytes", "iodepth", "bps"])
-    ok = fio.merge(runs.loc[runs["status"] == "ok", ["run_id", "cache"]], on="run_id")
+    ok = fio.merge(usable_runs(runs)[["run_id", "cache"]], on="run_id")
     ok = ok[ok["cache"] == "cold"] if (ok["cache"] == "cold").any() else ok
     curves = ok.groupby(["target", "bs_bytes", "iodepth"])["read_bw_bytes_per_s"].mean()
     return curves.rename("bps").reset_index()

@@ -22,6 +22,7 @@ from harness.figures.base import FigureContext, register_figure
 from harness.figures.layout import label_width_in, ratio_axis, stacked_label
 from harness.figures.streaming import baseline_cell
 from harness.results.metrics import METRICS
+from harness.results.selection import usable_runs
 from harness.results.tables import BENCH, REQUESTS, RUNS
 from harness.results.variants import variant_label, variants
 
@@ -33,7 +34,7 @@ F4_METRICS = ("decode_tps", "bench_tps")
 
 def observations(runs: pd.DataFrame, table: Callable[[str], pd.DataFrame], params: list[str]) -> pd.DataFrame:
     """One row per observation of an ok run: panel, target, cache, variant, plan index, value."""
-    ok = runs.loc[runs["status"] == "ok"]
+    ok = usable_runs(runs)
     if ok.empty:
         return pd.DataFrame()
     several = ok["target"].nunique() > 1

@@ -16,9 +16,11 @@ from harness.analysis.stats import pearson
 from harness.figures import FIGURES, FigureContext
 from harness.figures.change import observations, ratio_table
 from harness.figures.streaming import baseline_cell, cell_label, change_table, ok_requests
+from harness.figures.waits import wait_summary
 from harness.parsers.fio import ordered_jobs
 from harness.results.cachestate import cache_label, not_cleared
 from harness.results.loader import ResultSet, load_result_set
+from harness.results.selection import including_perturbed, perturbed_mask, perturbed_runs, usable_runs
 from harness.results.tables import BENCH, FIO, REQUESTS, RUNS
 
 MB = 1e6
@@ -35,7 +37,7 @@ def fio_summary(rs: ResultSet) -> pd.DataFrame:
     if fio.empty:
         return pd.DataFrame()
     # only finished runs enter aggregates; a failed or interrupted run's partial output stays in the table
-    ok = runs.loc[runs["status"] == "ok"].assign(cache=cache_label)  # a NOT-cleared "cold" is its own group
+    ok = usable_runs(runs).assign(cache=cache_label)  # a NOT-cleared "cold" is its own group
     data = fio.merge(ok[["run_id", "cache"]], on="run_id", how="inner")
     data["read_mbps"] = data["read_bw_bytes_per_s"] / MB
     data["p99_ms"] = data["read_clat_p99_ns"] / 1e6
@@ -55,7 +57,8 @@ def read_summary(rs: ResultSet) -> pd.DataFrame:
     if reads.empty:
         return pd.DataFrame()
     out = pd.DataFrame({
-        "run": reads["run_id"], "target": reads["target"], "cache": cache_label(reads), "status": reads["status"],
+        "run": reads["run_id"], "target": reads["target"], "cache": cache_label(reads),
+        "status": reads["status"].where(~perturbed_mask(reads), "ok, perturbed"),
         "resident %": reads["residency_before_pct"], "file MB": reads["cache_files_bytes"] / MB,
         "device MB": reads["dev_read_bytes"] / MB,
         # what the reader itself fetched from storage: the device delta minus everyone else's I/O
@@ -92,7 +95,7 @@ def bench_summary(rs: ResultSet) -> pd.DataFrame:
     if bench.empty or "avg_tps" not in bench:
         return pd.DataFrame()
     params = list(rs.manifest.get("matrix") or {})
-    ok = runs.loc[runs["status"] == "ok", ["run_id", "cache", *[p for p in params if p in runs]]]
+    ok = usable_runs(runs)[["run_id", "cache", *[p for p in params if p in runs]]]
     data = bench[["run_id", "test", "avg_tps"]].merge(ok, on="run_id")
     if data.empty:
         return pd.DataFrame()
@@ -148,9 +151,13 @@ def draw_figures(context: FigureContext, group: str | None = None) -> tuple[list
     return figures, skipped
 
 
-def render(path: Path, manifest: dict[str, Any] | None = None) -> Report:
-    """Draw a set's figures and write its report.md; what was drawn and what was not."""
+def render(path: Path, manifest: dict[str, Any] | None = None, include_perturbed: bool = False) -> Report:
+    """Draw a set's figures and write its report.md; what was drawn and what was not. Perturbed runs are left out
+    of the summaries and figures unless ``include_perturbed`` (they are listed either way)."""
     rs = load_result_set(path)
+    marked = rs.table(RUNS.name)  # the Runs section lists perturbed runs as marked, whatever the summaries use
+    if include_perturbed:
+        rs = ResultSet(rs.path, rs.manifest, {RUNS.name: including_perturbed(marked)})
     manifest = manifest or rs.manifest
     params = list(manifest.get("matrix") or {})
     figures, skipped = draw_figures(figure_context(rs, rs.path / "figures", manifest))
@@ -161,7 +168,7 @@ def render(path: Path, manifest: dict[str, Any] | None = None) -> Report:
         changes = change_table(runs, rs.table(REQUESTS.name), rs.table(BENCH.name), params, baseline)
         ratios = ratio_table(observations(runs, rs.table, params), params, baseline)
     _write_markdown(rs, manifest, [f for f in figures if f.suffix == ".png"], changes, ratios,
-                    [s.report_line() for s in skipped])
+                    [s.report_line() for s in skipped], marked, include_perturbed)
     return Report(rs.path / "report.md", figures, skipped)
 
 
@@ -197,8 +204,30 @@ def _table(frame: pd.DataFrame) -> str:
     return frame.to_markdown(index=False, floatfmt=".1f") if not frame.empty else "_no data_"
 
 
+def perturbed_lines(runs: pd.DataFrame, included: bool = False) -> list[str]:
+    """report.md's list of the perturbed runs, each with its reason and measures (none: no lines)."""
+    bad = perturbed_runs(runs)
+    if bad.empty:
+        return []
+    fate = "included in the summaries and figures (--include-perturbed)" if included else \
+        "kept in the tables, left out of the summaries and figures"
+    lines = ["", f"**{len(bad)} perturbed run(s)** (beyond the experiment's validity: limits), {fate}:", ""]
+    for _, run in bad.iterrows():
+        reason = str(run.get("perturbed_reason") or "")
+        measured = ", ".join(f"{label} {run[column]:.0f} %" for label, column in _MEASURED
+                             if column in run and pd.notna(run[column]) and not reason.startswith(label)
+                             and f"; {label}" not in reason)  # what the reason does not say already
+        lines.append(f"- `{run['run_id']}` perturbed: {run.get('perturbed_reason')}" +
+                     (f" ({measured})" if measured else ""))
+    return lines + [""]
+
+
+_MEASURED = (("foreign CPU", "foreign_cpu_pct"), ("runqueue", "runqueue_pct"), ("steal", "steal_pct"))
+
+
 def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path], changes: pd.DataFrame,
-                    ratios: pd.DataFrame, skipped: list[str]) -> None:
+                    ratios: pd.DataFrame, skipped: list[str], marked: pd.DataFrame,
+                    include_perturbed: bool = False) -> None:
     runs = rs.table(RUNS.name)
     lines = [f"# {manifest['set_id']}", "",
              f"- experiment: `{manifest['experiment']['name']}` (sha256 {manifest['experiment']['sha256'][:12]})",
@@ -213,13 +242,16 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
                      f"{facts.get('cpu_count')} CPUs, kernel {facts.get('kernel')}, device "
                      f"{facts.get('block_device')} (read_ahead_kb {facts.get('block_read_ahead_kb')})")
     lines += ["", "## Runs", ""]
-    if not runs.empty:
-        counts = runs.assign(cache=cache_label).groupby(["step", "cache", "status"]).size().reset_index(name="runs")
+    if not marked.empty:
+        status = marked["status"].where(~perturbed_mask(marked), "ok, perturbed")
+        counts = marked.assign(cache=cache_label, status=status).groupby(["step", "cache", "status"]).size() \
+            .reset_index(name="runs")
         lines += [_table(counts), ""]
-        lines += not_cleared_lines(runs)
-        failed = runs[runs["status"] != "ok"]
+        lines += not_cleared_lines(marked)
+        failed = marked[marked["status"] != "ok"]
         for _, run in failed.iterrows():
             lines.append(f"- `{run['run_id']}` {run['status']}: {run.get('error')}")
+        lines += perturbed_lines(marked, include_perturbed)
     requests = request_summary(rs)
     if not requests.empty:
         points = ok_requests(runs, rs.table(REQUESTS.name), list(manifest.get("matrix") or {}))
@@ -228,6 +260,10 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
         if corr:
             lines.append(f"Pearson r (decode tok/s vs device MB/s, all requests) = {corr.r:.2f}, n = {corr.n}, "
                          f"p = {corr.p:.2g}")
+    waits = wait_summary(rs, list(manifest.get("matrix") or {}))
+    if not waits.empty:
+        lines += ["", "## Where decode time goes (counters: share of wall time per class, mean over threads)", "",
+                  _table(waits)]
     bench = bench_summary(rs)
     if not bench.empty:
         lines += ["", "## llama-bench", "", _table(bench)]

@@ -12,6 +12,7 @@ import pandas as pd
 
 from harness.figures.base import MB, FigureContext, register_figure, save
 from harness.parsers.fio import ordered_jobs
+from harness.results.selection import usable_runs
 from harness.results.tables import FIO, READS, RUNS
 
 
@@ -19,7 +20,7 @@ def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str
     """Read MB/s per fio job (the QD ladder), mean ± sd over runs, one bar per cache condition."""
     if fio.empty:
         return []
-    data = fio.merge(runs.loc[runs["status"] == "ok", ["run_id", "cache"]], on="run_id", how="inner")
+    data = fio.merge(usable_runs(runs)[["run_id", "cache"]], on="run_id", how="inner")
     if data.empty:
         return []
     data["read_mbps"] = data["read_bw_bytes_per_s"] / MB

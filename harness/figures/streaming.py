@@ -19,6 +19,7 @@ import pandas as pd
 from harness.analysis.stats import change_vs_baseline, pearson
 from harness.figures.base import MB, FigureContext, register_figure, save
 from harness.parsers.fio import ordered_jobs
+from harness.results.selection import usable_runs
 from harness.results.tables import FIO, REQUESTS, RUNS
 from harness.results.variants import variant_label
 
@@ -31,7 +32,7 @@ def ok_requests(runs: pd.DataFrame, requests: pd.DataFrame, params: list[str]) -
     if requests.empty or "decode_tps" not in requests:
         return pd.DataFrame()
     cols = ["run_id", "round", *[p for p in params if p in runs]]
-    ok = runs.loc[runs["status"] == "ok", cols]
+    ok = usable_runs(runs)[cols]
     data = requests.drop(columns=[c for c in cols[1:] if c in requests]).merge(ok, on="run_id", how="inner")
     data = data[data["decode_tps"].notna() & data["decode_dev_read_bytes_per_s"].notna()]
     if data.empty:
@@ -80,7 +81,7 @@ def decode_vs_fio(runs: pd.DataFrame, requests: pd.DataFrame, fio: pd.DataFrame,
     data = ok_requests(runs, requests, params)
     if data.empty or fio.empty:
         return []
-    ok_fio = fio.merge(runs.loc[runs["status"] == "ok", ["run_id", "cache"]], on="run_id")
+    ok_fio = fio.merge(usable_runs(runs)[["run_id", "cache"]], on="run_id")
     ok_fio = ok_fio[ok_fio["cache"] == "cold"] if (ok_fio["cache"] == "cold").any() else ok_fio
     ladder = (ok_fio.assign(mbps=ok_fio["read_bw_bytes_per_s"] / MB).groupby("job_name")["mbps"]
               .agg(["mean", "std"]))
@@ -114,7 +115,7 @@ def baseline_cell(runs: pd.DataFrame, params: list[str], chosen: dict[str, Any] 
 def change_table(runs: pd.DataFrame, requests: pd.DataFrame, bench: pd.DataFrame, params: list[str],
                  baseline: dict[str, Any]) -> pd.DataFrame:
     """F4's numbers: per metric, cache condition and cell: mean, sd, change vs baseline ± sd."""
-    ok = runs.loc[runs["status"] == "ok", ["run_id", "round", "cache", *[p for p in params if p in runs]]]
+    ok = usable_runs(runs)[["run_id", "round", "cache", *[p for p in params if p in runs]]]
     frames = []
     if not requests.empty and "decode_tps" in requests:
         req = requests[["run_id", "decode_tps"]].merge(ok, on="run_id")

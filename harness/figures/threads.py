@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from harness.figures.base import FigureContext, register_figure
+from harness.results.selection import usable_runs
 from harness.results.tables import REQUESTS, RUNS, THREADS
 from harness.results.variants import variants
 
@@ -62,7 +63,7 @@ def thread_state_table(runs: pd.DataFrame, threads: pd.DataFrame, requests: pd.D
     instants with at least one thread in D, instants, threads). Groups are '<step> · <variant>', with 'decode'
     after the step when a run's samples were limited to its request windows. Works on integer codes: string
     columns of millions of rows are factorized once."""
-    ok = runs.loc[runs["status"] == "ok"].sort_values("index")
+    ok = usable_runs(runs).sort_values("index")
     if ok.empty or threads.empty:
         return pd.DataFrame(), pd.DataFrame()
     run_code, run_names = pd.factorize(threads["run_id"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from harness.parsers import (  # noqa: F401  (each registers its parsers)
     blockstat,
+    counters,
     fio,
     getprop,
     jetson_clocks,

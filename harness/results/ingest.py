@@ -24,6 +24,7 @@ from harness.results.emulation import emulation_columns
 from harness.results.store import disk_error
 from harness.results.streamed import RunTable, StreamedTables
 from harness.results.tables import FACTS, RUNS, TABLES_DIR, table_file
+from harness.results.validity import measure_columns
 from harness.results.variants import variant_label
 from harness.steps import STEPS
 
@@ -39,6 +40,10 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
     row["step_label"] = planned.get("step_label", planned["step"])
     row.update(planned.get("params", {}))
     row["status"] = planned.get("status", "planned")
+    # the campaign's verdict on the run's interference (harness/results/validity.py); a retry names its original
+    row["perturbed"] = bool(planned.get("perturbed", False))
+    row["perturbed_reason"] = planned.get("perturbed_reason")
+    row["retry_of"] = planned.get("retry_of")
     if record is None:
         return row
     row["status"] = record.get("status", row["status"])
@@ -69,6 +74,7 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
         if seconds and moved.get("read_bytes") is not None:
             row["dev_read_bytes_per_s"] = moved["read_bytes"] / seconds
     row.update(emulation_columns(record))  # emu_*: effective limits and cgroup stats of an emulated run
+    row.update(measure_columns(record.get("interference")))  # contract 1.0 has none: empty columns
     for usage in (record.get("rusage") or {}).values():
         for key, value in usage.items():
             row[f"proc_{key}"] = value

@@ -4,8 +4,10 @@ One row per observation: ``target, variant, step, test, metric, round, value`` a
 cell is (target, variant, step, test): ``variant`` is the run's matrix cell and cache condition
 (:mod:`harness.results.variants`), ``step`` the run's ``step_label`` (``fio``, or ``fio2`` for a second fio step),
 ``test`` the metric's test column (llama-bench's ``tg32``, fio's job name; "" when the metric has none). Only runs
-with status ok contribute: a failed run's partial rows are not a measurement. Which runs were not ok is
-:func:`runs_not_ok`'s answer, for callers that must tell a missing measurement from a bad one.
+with status ok that were not perturbed contribute (:func:`harness.results.selection.usable_runs`): a failed run's
+partial rows are not a measurement, nor is a run another process disturbed. Which runs were not ok is
+:func:`runs_not_ok`'s answer, for callers that must tell a missing measurement from a bad one; which were left out
+as perturbed, :func:`perturbed_note`'s.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pandas as pd
 
 from harness.results.loader import ResultSet
 from harness.results.metrics import Metric
+from harness.results.selection import perturbed_runs, usable_runs
 from harness.results.tables import RUNS
 from harness.results.variants import variants
 
@@ -50,7 +53,7 @@ def samples(result_set: ResultSet, metric: Metric) -> pd.DataFrame:
     observed = pd.DataFrame({
         "run_id": table["run_id"], "target": table["target"], "value": metric.observations(table),
         "test": table[metric.test].astype(str) if metric.test and metric.test in table else ""})
-    ok = runs.loc[runs["status"] == "ok", ["run_id", "target", "variant", "step_label", "round"]]
+    ok = usable_runs(runs)[["run_id", "target", "variant", "step_label", "round"]]
     rows = observed.merge(ok, on=["run_id", "target"], how="inner").rename(columns={"step_label": "step"})
     rows = rows[rows["value"].notna() & (rows["value"].abs() != float("inf"))]
     return rows.assign(metric=metric.name)[SAMPLE_COLUMNS].reset_index(drop=True)
@@ -66,3 +69,13 @@ def runs_not_ok(result_set: ResultSet) -> pd.DataFrame:
     bad = runs[runs["status"] != "ok"]
     bad = bad.assign(step=bad["step_label"], error=bad["error"] if "error" in bad else None)
     return bad[columns].reset_index(drop=True)
+
+
+def perturbed_note(result_set: ResultSet) -> str | None:
+    """One line saying how many ok runs were left out as perturbed, and the first few with their reasons."""
+    left = perturbed_runs(labelled_runs(result_set))
+    if left.empty:
+        return None
+    shown = "; ".join(f"{run.run_id}: {run.perturbed_reason}" for run in left.head(3).itertuples())
+    return (f"{result_set.set_id}: {len(left)} perturbed runs are left out ({shown}"
+            f"{'; ...' if len(left) > 3 else ''})")

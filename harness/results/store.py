@@ -122,6 +122,12 @@ class ResultSetWriter:
                     run.update(fields)
             self.save()
 
+    def add_run(self, entry: dict[str, Any]) -> None:
+        """Add a run the plan did not have (a perturbed run measured again) and save."""
+        with self.lock:
+            self.manifest["runs"].append(entry)
+            self.save()
+
     def update_target(self, name: str, **fields: Any) -> None:
         """Update a target's entry (facts, expectations, what was deployed) and save."""
         with self.lock:

@@ -43,8 +43,11 @@ TELEMETRY = Table("telemetry", "one board sample: load, clocks, temperatures, po
                                "power, powermetrics collectors; column source)")
 MEMORY = Table("memory", "one memory sample: vmstat, psi or vm_stat counters (column source)")
 IOSTAT = Table("iostat", "one macOS iostat sample of one disk (iostat collector)")
+THREAD_COUNTERS = Table("thread_counters", "one thread of the step's process at one read of its cumulative kernel "
+                                           "counters (schedstat, stat, taskstats delays), or one read of PSI "
+                                           "(kind psi) (counters collector)")
 RECLAIM = Table("reclaim", "what one run's window reclaimed and re-read (vmstat collector)")
 
 TABLES: dict[str, Table] = {table.name: table for table in (
     RUNS, FIO, READS, BLOCKSTAT, THREADS, FACTS, BENCH, BENCH_SAMPLES, REQUESTS, TOKENS, TELEMETRY, MEMORY, IOSTAT,
-    RECLAIM)}
+    RECLAIM, THREAD_COUNTERS)}

@@ -9,6 +9,7 @@ import os
 
 from runner.collectors.availability import unavailable_reason
 from runner.collectors.base import KINDS, PROCESS_KINDS, CollectorError, Unavailable
+from runner.collectors.counters import Counters
 from runner.collectors.jetson_stats import JtopSampler
 from runner.collectors.sampler import Sampler
 from runner.collectors.snapshots import SNAPSHOTS, Snapshotter
@@ -58,6 +59,7 @@ class Collectors:
         self.native_bin, self.run_dir, self.device = native_bin, run_dir, device
         self.running = []
         self.errors = []
+        self.counters = None
 
     def _sampler(self, mode, subject, period_ms, name):
         return Sampler([os.path.join(self.native_bin, "sampler"), mode, str(subject), "--period-ms",
@@ -72,6 +74,11 @@ class Collectors:
             raise CollectorError(str(exc)) from None
         self.running += started
         self.errors += ["%s skipped (optional): %s" % item for item in sorted(skipped.items())]
+        counters = self.specs.get("counters")
+        if counters is not None:  # delay accounting on before the step's threads exist
+            self.counters = Counters(int(counters.get("period_ms", 100)), os.path.join(self.run_dir, "counters.txt"))
+            self.counters.prepare()
+            self.running.append(self.counters)
         spec = self.specs.get("blockstat")
         if spec is None:
             return
@@ -83,6 +90,8 @@ class Collectors:
         self.running.append(sampler)
 
     def on_spawn(self, pid):
+        if self.counters is not None and self.counters.thread is None:
+            self.counters.follow(pid)  # like the thread sampler: the step's first (main) process
         spec = self.specs.get("threads")
         if spec is None or any(s.argv[1] == "threads" for s in self.running):
             return  # thread sampling follows the step's first (main) process

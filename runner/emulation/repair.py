@@ -1,4 +1,4 @@
-"""Undo what runners that died mid-run left changed: their cgroups, and read_ahead_kb.
+"""Undo what runners that died mid-run left changed: their cgroups, read_ahead_kb and kernel.task_delayacct.
 
 Every runner repairs before anything else, and the controller runs ``python3 -m runner.emulation repair`` as
 soon as it sees a runner dead.
@@ -6,6 +6,7 @@ soon as it sees a runner dead.
 
 import os
 
+from runner import delayacct
 from runner.emulation import cgroup
 from runner.emulation.cgroup import read, to_int
 from runner.emulation.lock import lock, unlock
@@ -94,6 +95,9 @@ def repair():
                     unlock(fd)
                 if restored:
                     out["read_ahead"] = restored
+        switched = delayacct.repair()  # turned on for a run that collected counters
+        if switched:
+            out["delayacct"] = switched
     except OSError as exc:  # not root, or a sysfs write refused: recorded; the state stays for another try
         out["error"] = "repair failed: %s" % exc
     return out or None

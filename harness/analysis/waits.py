@@ -1,0 +1,99 @@
+"""Where a thread's wall time went in a window, from two reads of the kernel's cumulative counters (the
+``thread_counters`` table, counters collector).
+
+Over the span between the first and the last read inside the window [t0, t1] (its ``covered_s``):
+
+- ``run``: on CPU (schedstat's first field, = taskstats cpu_run_real_total);
+- ``runqueue``: runnable, waiting for a CPU (schedstat's second field, = taskstats cpu_delay_total);
+- what is left is off CPU, asleep. Delay accounting splits it: ``thrashing`` (waiting for the refault of an evicted
+  page-cache page), ``io_wait`` (blkio delay: sleeping in io_schedule -- block I/O, page-cache reads and the page
+  faults that wait for them -- minus the thrashing the kernel also counts there), ``reclaim`` (freepages delay:
+  direct reclaim), and ``other_sleep`` = what remains (futexes, sleeps, polls, network).
+
+The shares add up to 1. The delay counters overlap each other and the run time (a thrashing wait is also a blkio
+wait; direct reclaim is partly on CPU), and on some kernels blkio delay has been seen to exceed the thread's whole
+off-CPU time: each sleep class is therefore taken out of the off-CPU time in the order thrashing, io_wait, reclaim,
+clipped to what is left, and ``overlap_s`` says how much the counters claimed beyond it (0: none). Without delay
+accounting (``blkio_delay_ns`` missing) io_wait falls back to ``blkio_ticks`` (stat field 42, clock ticks), and a
+class whose counter the kernel did not give is None, not 0; ``available`` names the counters that were there.
+
+Pure: rows in (dicts or a DataFrame's records), numbers out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+CLASSES = ("run", "runqueue", "io_wait", "thrashing", "reclaim", "other_sleep")
+DELAYS = ("blkio_delay_ns", "thrashing_delay_ns", "freepages_delay_ns", "swapin_delay_ns", "cpu_delay_ns")
+
+
+def _delta(first: Mapping[str, Any], last: Mapping[str, Any], column: str) -> float | None:
+    a, b = first.get(column), last.get(column)
+    if a is None or b is None or a != a or b != b:  # missing, or NaN from a DataFrame
+        return None
+    return float(b) - float(a)
+
+
+def _reads_in(rows: Iterable[Mapping[str, Any]], t0: int, t1: int) -> list[Mapping[str, Any]] | None:
+    inside = sorted((r for r in rows if t0 <= r["t_ns"] <= t1), key=lambda r: r["t_ns"])
+    if len(inside) < 2 or inside[-1]["t_ns"] == inside[0]["t_ns"]:
+        return None
+    return inside
+
+
+def _blkio(first: Mapping[str, Any], last: Mapping[str, Any], clock_ticks_per_s: int) -> float | None:
+    blkio = _delta(first, last, "blkio_delay_ns")
+    if blkio is None and _delta(first, last, "blkio_ticks") is not None:
+        blkio = _delta(first, last, "blkio_ticks") * 1e9 / clock_ticks_per_s  # 10 ms resolution, no root needed
+    return blkio
+
+
+def _interval(first: Mapping[str, Any], last: Mapping[str, Any], clock_ticks_per_s: int) -> dict[str, float | None]:
+    """One interval between two reads, in ns: run, runqueue, then the sleep classes each clipped to the off-CPU
+    time left, other_sleep, and the overlap the delay counters claimed beyond it."""
+    wall = float(last["t_ns"] - first["t_ns"])
+    run, runqueue = _delta(first, last, "run_ns"), _delta(first, last, "runqueue_ns")
+    if runqueue is None:
+        runqueue = _delta(first, last, "cpu_delay_ns")
+    run = None if run is None else min(max(run, 0.0), wall)
+    runqueue = None if runqueue is None else min(max(runqueue, 0.0), wall - (run or 0.0))
+    thrashing, blkio = _delta(first, last, "thrashing_delay_ns"), _blkio(first, last, clock_ticks_per_s)
+    left = wall - (run or 0.0) - (runqueue or 0.0)
+    out: dict[str, float | None] = {"run": run, "runqueue": runqueue, "overlap": 0.0}
+    claims = (("thrashing", thrashing), ("io_wait", None if blkio is None else max(0.0, blkio - (thrashing or 0.0))),
+              ("reclaim", _delta(first, last, "freepages_delay_ns")))
+    for name, claimed in claims:
+        if claimed is None:
+            out[name] = None
+            continue
+        taken = min(max(claimed, 0.0), left)
+        out["overlap"] += max(claimed, 0.0) - taken  # type: ignore[operator]
+        left -= taken
+        out[name] = taken
+    out["other_sleep"] = left
+    return out
+
+
+def wait_shares(rows: Iterable[Mapping[str, Any]], t0: int, t1: int,
+                clock_ticks_per_s: int = 100) -> dict[str, Any] | None:
+    """Shares of wall time per class for one thread's counter rows over the reads inside [t0, t1] (ns, monotonic);
+    None when fewer than two reads fall inside. Each interval between two reads is split on its own, so a delay
+    counter that jumps by more than an interval's off-CPU time (seen on kernel 6.18) spoils that interval only."""
+    reads = _reads_in(rows, t0, t1)
+    if reads is None:
+        return None
+    wall = float(reads[-1]["t_ns"] - reads[0]["t_ns"])
+    totals: dict[str, float | None] = {}
+    for first, last in zip(reads, reads[1:], strict=False):
+        for name, value in _interval(first, last, clock_ticks_per_s).items():
+            if value is None or totals.get(name, 0.0) is None:
+                totals[name] = None
+            else:
+                totals[name] = totals.get(name, 0.0) + value  # type: ignore[operator]
+    available = [c for c in ("run_ns", "runqueue_ns", "blkio_ticks", *DELAYS)
+                 if _delta(reads[0], reads[-1], c) is not None]
+    shares = {c: None if totals.get(c) is None else totals[c] / wall for c in CLASSES}  # type: ignore[operator]
+    return {**shares, "overlap_s": (totals.get("overlap") or 0.0) / 1e9, "covered_s": wall / 1e9,
+            "t_first_ns": int(reads[0]["t_ns"]), "t_last_ns": int(reads[-1]["t_ns"]), "available": available}

@@ -1,0 +1,38 @@
+"""The ``counters`` collector: the kernel's cumulative per-thread counters of the step's process (schedstat, stat,
+taskstats delay accounting, PSI), read by ``runner/collectors/counters.py`` every ``period_ms`` (default 100) and
+at the run's start and end. Rows go to ``thread_counters``; harness/analysis/waits.py turns them into where each
+thread's time went (run, runqueue, io_wait, thrashing, reclaim, other_sleep)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from harness.collectors.base import CollectorKind, Rows, register_collector
+from harness.config.validate import StrictModel
+from harness.parsers import parse
+from harness.parsers.counters import counter_notes
+
+
+class CountersConfig(StrictModel):
+    period_ms: Annotated[int, Field(ge=10, le=10_000)] = 100
+
+
+@register_collector
+class Counters(CollectorKind):
+    """Per thread and read: on-CPU, runqueue and delay-accounting counters; PSI once per read."""
+
+    name, Config, table, raw_file, parser = "counters", CountersConfig, "thread_counters", "counters.txt", "counters"
+
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        raw = run_dir / self.raw_file
+        if not raw.exists():
+            return {}
+        data = raw.read_bytes()
+        rows = parse(self.parser, data)
+        notes = counter_notes(data)  # why a source was missing, whether delayacct was restored
+        for row in rows:
+            row.update(notes)
+        return {self.table: rows}

@@ -1,0 +1,109 @@
+"""The counters collector's capture (``counters.txt``, runner/collectors/counters.py): the kernel's cumulative
+per-thread counters of the step's process, one TAB-separated line per thread per read.
+
+::
+
+    # harness-counters v1 pid=123 period_ms=100 clock=monotonic clock_ticks_per_s=100 schedstat=yes taskstats=v16 \
+delayacct=on delayacct_switched=yes psi=system
+    # unavailable taskstats: <why>
+    t  t_ns tid run_ns runqueue_ns timeslices utime_ticks stime_ticks blkio_ticks nvcsw nivcsw cpu_delay_ns
+       blkio_delay_ns swapin_delay_ns thrashing_delay_ns freepages_delay_ns compact_delay_ns comm
+    p  t_ns memory_some_us memory_full_us io_some_us io_full_us
+    # stop t_ns=... reads=... overruns=... cpu_s=... delayacct_restored=...
+
+``-`` is a counter the kernel did not give (None here). Thread rows carry the header's facts (``taskstats``,
+``delayacct``, ``delayacct_switched``, ``psi``) so each row says which counters were there; PSI rows have
+``tid`` None. Output of another version, or without the header, is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import header_fields, iter_lines
+from .base import ParseError, register_parser
+
+VERSION = "v1"
+HEADER = "# harness-counters"
+THREAD_COLUMNS = ("t_ns", "tid", "run_ns", "runqueue_ns", "timeslices", "utime_ticks", "stime_ticks", "blkio_ticks",
+                  "nvcsw", "nivcsw", "cpu_delay_ns", "blkio_delay_ns", "swapin_delay_ns", "thrashing_delay_ns",
+                  "freepages_delay_ns", "compact_delay_ns")
+PSI_COLUMNS = ("t_ns", "psi_memory_some_us", "psi_memory_full_us", "psi_io_some_us", "psi_io_full_us")
+FACTS = ("pid", "period_ms", "clock_ticks_per_s", "schedstat", "taskstats", "delayacct", "delayacct_switched", "psi")
+
+
+def _value(text: str, name: str, line: int) -> int | None:
+    if text == "-":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ParseError(f"{name} is not an integer: {text!r}", line=line) from None
+
+
+def _header(line: str, number: int) -> dict[str, Any]:
+    words = line.split()
+    version = words[2] if len(words) > 2 and words[:2] == ["#", "harness-counters"] else None
+    if version != VERSION:
+        raise ParseError(f"counters output of version {version or '(none)'}: this parser reads harness-counters "
+                         f"{VERSION} (header {line.strip()[:80]!r})", line=number)
+    fields = header_fields(line)
+    facts: dict[str, Any] = {key: fields.get(key) for key in FACTS}
+    for key in ("pid", "period_ms", "clock_ticks_per_s"):
+        facts[key] = _value(facts[key] or "-", key, number)
+    return facts
+
+
+def _row(parts: list[str], number: int, facts: dict[str, Any]) -> dict[str, Any]:
+    kind = parts[0]
+    if kind == "t":
+        if len(parts) != len(THREAD_COLUMNS) + 2:
+            raise ParseError(f"thread line: expected {len(THREAD_COLUMNS) + 2} TAB-separated fields, got "
+                             f"{len(parts)}", line=number)
+        row = {name: _value(text, name, number) for name, text in zip(THREAD_COLUMNS, parts[1:-1], strict=True)}
+        return {"kind": "thread", **row, "comm": parts[-1], **facts}
+    if kind == "p":
+        if len(parts) != len(PSI_COLUMNS) + 1:
+            raise ParseError(f"psi line: expected {len(PSI_COLUMNS) + 1} TAB-separated fields, got {len(parts)}",
+                             line=number)
+        return {"kind": "psi", "tid": None, **{name: _value(text, name, number)
+                                               for name, text in zip(PSI_COLUMNS, parts[1:], strict=True)},
+                "psi": facts["psi"], "pid": facts["pid"]}
+    raise ParseError(f"unknown line kind {kind!r} (expected t, p or a # comment)", line=number)
+
+
+@register_parser("counters")
+def parse_counters(data: bytes) -> list[dict[str, Any]]:
+    """One row per thread per read (kind "thread") and one per read of PSI (kind "psi")."""
+    rows: list[dict[str, Any]] = []
+    facts: dict[str, Any] | None = None
+    for number, raw in enumerate(iter_lines(data), start=1):
+        if not raw.strip():
+            continue
+        if facts is None:
+            if not raw.startswith(HEADER):
+                raise ParseError(f"no counters header: expected '{HEADER} {VERSION} ...' first, found "
+                                 f"{raw.strip()[:80]!r}", line=number)
+            facts = _header(raw, number)
+            continue
+        if raw.startswith("#"):
+            continue  # unavailable sources, stop: metadata
+        rows.append(_row(raw.rstrip("\r\n").split("\t"), number, facts))
+    if facts is None:
+        raise ParseError(f"no counters header: the output is empty (expected '{HEADER} {VERSION} ...')")
+    return rows
+
+
+def counter_notes(data: bytes) -> dict[str, str]:
+    """The capture's ``# unavailable SOURCE: why`` lines and its ``# stop`` fields, for the run's record."""
+    notes: dict[str, str] = {}
+    for raw in iter_lines(data):
+        if raw.startswith("# unavailable "):
+            source, _, why = raw[len("# unavailable "):].partition(":")
+            notes[f"unavailable_{source.strip()}"] = why.strip()
+        elif raw.startswith("# stop "):
+            stop = header_fields(raw)
+            notes.update({f"collector_{key}": stop[key] for key in ("reads", "overruns", "cpu_s") if key in stop})
+            if "delayacct_restored" in stop:
+                notes["delayacct_restored"] = stop["delayacct_restored"]
+    return notes

@@ -1,0 +1,343 @@
+"""The counters collector against ground truth: runner/native/workload runs threads of known behaviour (compute, a
+futex barrier, cold mmap faults, cold preads, sleep, two threads pinned to one CPU), each measuring its own truth
+with clocks, under the runner's counters collector; the shares harness/analysis/waits.py derives from the
+kernel's counters must agree with that truth. Also: kernel.task_delayacct restored after a run and after a
+runner killed mid-run (repair), and the parsers on captured files (tests/data/counters, tests/data/taskstats)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.waits import wait_shares
+from harness.parsers import ParseError, parse
+from runner import delayacct
+from runner.collectors import taskstats
+from runner.collectors.run import Collectors
+from runner.contract import CONTRACT_VERSION
+from tests.helpers import run_cli
+
+REPO = Path(__file__).resolve().parents[1]
+NATIVE = REPO / "runner" / "native"
+DATA = REPO / "tests" / "data"
+PP = 0.05  # 5 percentage points
+MiB = 1 << 20
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc and delay accounting")
+root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                          reason="needs root: taskstats (CAP_NET_ADMIN) and kernel.task_delayacct")
+
+
+@pytest.fixture(scope="module")
+def native() -> Path:
+    done = subprocess.run(["make", "-C", str(NATIVE)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return NATIVE / "bin"
+
+
+@pytest.fixture(scope="module")
+def cold_files(native: Path) -> Iterator[dict[str, str]]:
+    """Two 48 MiB files on a real disk (/var/tmp: tmpfs pages are never cold)."""
+    where = Path(tempfile.mkdtemp(prefix="harness-counters-", dir="/var/tmp"))
+    files = {}
+    for name in ("fault", "pread"):
+        path = where / f"{name}.bin"
+        with path.open("wb") as out:
+            for _ in range(48):
+                out.write(os.urandom(MiB))
+        files[name] = str(path)
+    yield files
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def run_workload(native: Path, run_dir: Path, args: list[str], period_ms: int = 20) -> tuple[dict, list[dict]]:
+    """The workload under the runner's counters collector, as a run's step would be: (truth, counter rows). Reads
+    every 20 ms: the reads inside a thread's phase then cover all of it but a few per cent (its truth is measured
+    over the whole phase)."""
+    collectors = Collectors([{"kind": "counters", "period_ms": period_ms}], str(native), str(run_dir), None)
+    collectors.start_global()
+    try:
+        proc = subprocess.Popen([str(native / "workload"), *args, "--out", str(run_dir / "truth.json")])
+        collectors.on_spawn(proc.pid)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        errors = collectors.stop_all()
+    assert errors == []
+    return json.loads((run_dir / "truth.json").read_text()), parse("counters", (run_dir / "counters.txt").read_bytes())
+
+
+def assert_compute_thread(shares: dict, fractions: dict) -> None:
+    """A thread that never blocks: whatever of its wall time it did not run (its clock's truth) it waited for a
+    CPU. The counters put most of it in runqueue; what the guest counts nowhere (the vCPU taken by the hypervisor,
+    interrupt time) lands in other_sleep."""
+    assert abs(shares["runqueue"] + shares["other_sleep"] - fractions["runqueue_ns"]) <= PP, (shares, fractions)
+
+
+def shares_by_role(truth: dict, rows: list[dict]) -> dict[str, list[tuple[dict, dict]]]:
+    """Per role: (the thread's truth as fractions of its wall time, the counters' shares over its phase)."""
+    out: dict[str, list[tuple[dict, dict]]] = {}
+    for thread in truth["threads"]:
+        mine = [r for r in rows if r["kind"] == "thread" and r["tid"] == thread["tid"]]
+        shares = wait_shares(mine, thread["start_ns"], thread["end_ns"])
+        assert shares is not None, f"no two reads inside the phase of {thread['role']}"
+        wall = thread["wall_ns"]
+        fractions = {k: (thread[k] or 0) / wall for k in ("cpu_ns", "futex_ns", "fault_ns", "pread_ns", "sleep_ns",
+                                                          "runqueue_ns")}
+        out.setdefault(thread["role"], []).append((fractions, shares))
+    return out
+
+
+def assert_common(role: str, truth: dict, shares: dict) -> None:
+    """What holds for every role: run is the thread's CPU time; nothing thrashes or reclaims here (no memory
+    pressure); the classes add up to the wall time."""
+    assert abs(shares["run"] - truth["cpu_ns"]) <= PP, (role, shares, truth)
+    assert shares["thrashing"] < 0.02 and shares["reclaim"] < 0.02, (role, shares)
+    total = sum(shares[c] for c in ("run", "runqueue", "io_wait", "thrashing", "reclaim", "other_sleep"))
+    assert total == pytest.approx(1.0, abs=1e-6)
+
+
+@linux
+@root
+def test_counters_match_the_truth_of_blocking_threads(native: Path, cold_files: dict, tmp_path: Path) -> None:
+    """pread and mmap faults of cold files show as io_wait, sleep as other_sleep; no other role does I/O."""
+    subprocess.run([str(native / "cachectl"), "drop", cold_files["fault"], cold_files["pread"]], check=True,
+                   capture_output=True)
+    truth, rows = run_workload(native, tmp_path, ["--seconds", "2.5", "--fault", cold_files["fault"], "--pread",
+                                                  cold_files["pread"], "--sleep", "1"])
+    header = (tmp_path / "counters.txt").read_text().splitlines()[0]
+    assert "taskstats=v" in header and "delayacct=on" in header, header
+    roles = shares_by_role(truth, rows)
+    for role, pairs in roles.items():
+        for fractions, shares in pairs:
+            assert_common(role, fractions, shares)
+            blocked = fractions["fault_ns"] + fractions["pread_ns"] + fractions["sleep_ns"]
+            assert_blocked_matches("other_sleep" if role == "sleep" else "io_wait", blocked, shares)
+    (pread, _), = [(s, t) for t, s in roles["pread"]]
+    # at least half the time it was off CPU (the rest of the wall time is its run and the wait for a CPU, which
+    # depend on what else the machine runs), and no less than 30 % of the wall time
+    assert pread["io_wait"] >= 0.5 * (1 - pread["run"] - pread["runqueue"]) and pread["io_wait"] >= 0.3, pread
+    (fault, _), = [(s, t) for t, s in roles["fault"]]
+    assert fault["io_wait"] >= 0.5 * (1 - fault["run"] - fault["runqueue"]) and fault["io_wait"] >= 0.3, fault
+    (sleep, _), = [(s, t) for t, s in roles["sleep"]]
+    assert sleep["io_wait"] < 0.02 and sleep["other_sleep"] >= 0.5, sleep
+
+
+def assert_blocked_matches(sleep_class: str, blocked: float, shares: dict) -> None:
+    """The thread's own clock around a blocking call sees the sleep, the wait for a CPU after the wake-up and what
+    the guest counts nowhere (a vCPU taken by the hypervisor: other_sleep); the counters split them. So the sleep
+    class never claims more than the clock saw blocked, and no less than that minus the thread's runqueue wait and
+    its uncounted time (each within 5 points)."""
+    counted = shares[sleep_class]
+    uncounted = 0.0 if sleep_class == "other_sleep" else shares["other_sleep"]
+    assert blocked - shares["runqueue"] - uncounted - PP <= counted <= blocked + PP, (counted, blocked, shares)
+
+
+@linux
+@root
+def test_counters_match_the_truth_of_compute_threads(native: Path, tmp_path: Path) -> None:
+    """Busy and barrier threads do no I/O; the pair pinned to one CPU waits in the runqueue about half the time."""
+    truth, rows = run_workload(native, tmp_path, ["--seconds", "2.5", "--oversubscribed", "2", "--barrier",
+                                                  "2:200us", "--cpu", "0"])
+    roles = shares_by_role(truth, rows)
+    for role, pairs in roles.items():
+        for fractions, shares in pairs:
+            assert_common(role, fractions, shares)
+            assert shares["io_wait"] < 0.02, (role, shares)
+            if role == "oversubscribed":  # never blocks: all it does not run, it waits for the CPU
+                assert_compute_thread(shares, fractions)
+                assert 0.3 <= shares["runqueue"] <= 0.7 and shares["runqueue"] > shares["other_sleep"], shares
+            else:  # the barrier's futex waits
+                assert_blocked_matches("other_sleep", fractions["futex_ns"], shares)
+    faster = min(roles["barrier"], key=lambda pair: pair[0]["cpu_ns"])[1]
+    assert faster["other_sleep"] >= 0.1, faster  # the thread with less work per period waits at the barrier
+
+
+@linux
+def test_busy_thread_counters_without_root_come_from_proc(native: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where taskstats is not usable, schedstat still gives run and runqueue, and status the context switches."""
+    monkeypatch.setattr("runner.collectors.counters.open_taskstats", lambda: (None, "taskstats: not allowed (test)"))
+    monkeypatch.setenv("HARNESS_DELAYACCT_SYSCTL", str(tmp_path / "no-such-sysctl"))
+    truth, rows = run_workload(native, tmp_path, ["--seconds", "1.5", "--busy", "1"])
+    text = (tmp_path / "counters.txt").read_text()
+    assert "taskstats=no" in text and "# unavailable taskstats: taskstats: not allowed (test)" in text
+    (fractions, shares), = shares_by_role(truth, rows)["busy"]
+    assert abs(shares["run"] - fractions["cpu_ns"]) <= PP
+    assert_compute_thread(shares, fractions)
+    busy = [r for r in rows if r["kind"] == "thread" and r["comm"] == "wl-busy0"]
+    assert busy[-1]["nivcsw"] is not None and busy[-1]["blkio_delay_ns"] is None
+    assert "thrashing_delay_ns" not in shares["available"]
+
+
+# ---------------------------------------------------------------------------------------------- delayacct switch
+
+@pytest.fixture
+def fake_sysctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """kernel.task_delayacct played by a file (the real one is machine-wide), off; the state in tmp_path."""
+    sysctl = tmp_path / "task_delayacct"
+    sysctl.write_text("0")
+    monkeypatch.setenv("HARNESS_DELAYACCT_SYSCTL", str(sysctl))
+    monkeypatch.setenv("HARNESS_EMULATE_STATE", str(tmp_path / "state"))
+    return sysctl
+
+
+def fio_spec(workdir: Path, native: Path, file: str, seconds: int) -> Path:
+    run_id = f"counters-{uuid.uuid4().hex[:6]}"
+    run_dir = workdir / "runs" / "set" / run_id
+    run_dir.mkdir(parents=True)
+    spec = {"contract": CONTRACT_VERSION, "run_id": run_id, "set_id": "set", "target": "local", "cache": "none",
+            "round": 1, "repeat": 1, "params": {}, "cache_files": [], "block_device": None, "native_bin": str(native),
+            "collectors": [{"kind": "counters", "period_ms": 100}], "run_dir": str(run_dir), "emulate": None,
+            "step": {"kind": "fio", "file": file, "timeout_s": 60,
+                     "jobs": [{"name": "r", "rw": "randread", "bs": "4k", "runtime": seconds, "time_based": 1,
+                               "ioengine": "psync"}]}}
+    path = run_dir / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+@linux
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+def test_delayacct_is_restored_after_a_run(native: Path, cold_files: dict, tmp_path: Path,
+                                           fake_sysctl: Path) -> None:
+    spec = fio_spec(tmp_path, native, cold_files["pread"], 1)
+    done = subprocess.run([sys.executable, "-m", "runner", "run", str(spec)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    record = json.loads((spec.parent / "run.json").read_text())
+    assert record["status"] == "ok", (record["error"], done.stderr)
+    assert fake_sysctl.read_text() == "0"
+    text = (spec.parent / "counters.txt").read_text()
+    assert "delayacct=on delayacct_switched=yes" in text.splitlines()[0]
+    assert "delayacct_restored=0" in text.splitlines()[-1]
+    assert not Path(delayacct.state_file()).exists()
+
+
+@linux
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
+def test_delayacct_is_repaired_after_a_killed_runner(native: Path, cold_files: dict, tmp_path: Path,
+                                                     fake_sysctl: Path) -> None:
+    spec = fio_spec(tmp_path, native, cold_files["pread"], 20)
+    runner = subprocess.Popen([sys.executable, "-m", "runner", "run", str(spec)], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not (spec.parent / "counters.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake_sysctl.read_text() == "1"  # on for the run
+        runner.send_signal(signal.SIGKILL)
+        runner.wait(timeout=10)
+    finally:
+        subprocess.run([sys.executable, "-m", "runner", "reap", "set/local"], cwd=REPO, capture_output=True)
+    assert fake_sysctl.read_text() == "1"  # a killed runner cannot restore
+    done = subprocess.run([sys.executable, "-m", "runner.emulation", "repair"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    repaired = json.loads(done.stdout)
+    assert repaired["delayacct"]["delayacct_restored"] == 0 and repaired["delayacct"]["delayacct_dead_holders"]
+    assert fake_sysctl.read_text() == "0"
+
+
+@linux
+def test_delayacct_stays_on_while_another_run_holds_it(fake_sysctl: Path) -> None:
+    """Two runs of one machine: the first to finish leaves it on for the other; the last restores."""
+    other = subprocess.Popen([sys.executable, "-c", "import sys, time; from runner import delayacct; "
+                              "delayacct.switch_on(); print('on', flush=True); sys.stdin.read()"],
+                             cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "on"
+        mine = delayacct.switch_on()
+        assert mine["delayacct"] == "on" and fake_sysctl.read_text() == "1"
+        assert delayacct.switch_back(mine).get("left_on_for_others") is True
+        assert fake_sysctl.read_text() == "1"
+    finally:
+        other.kill()
+        other.wait()
+    assert delayacct.repair()["delayacct_restored"] == 0  # the other run died holding it
+    assert fake_sysctl.read_text() == "0"
+
+
+# ---------------------------------------------------------------------------------------------- parsers
+
+def test_taskstats_reply_is_parsed_at_the_kernels_struct_version() -> None:
+    """A real TASKSTATS_CMD_GET reply (kernel 6.18, struct version 16), see tests/data/taskstats/SOURCE.md."""
+    data = (DATA / "taskstats" / "reply-v16.bin").read_bytes()
+    (msg_type, _seq, payload), = list(taskstats.messages(data))
+    assert msg_type > taskstats.NLMSG_DONE  # the family's own type, not an error
+    tid, stats = taskstats.parse_reply(payload)
+    expected = json.loads((DATA / "taskstats" / "reply-v16.json").read_text())
+    assert tid == expected["tid"]
+    assert stats == expected["stats"]
+    assert stats["version"] == 16 and stats["size"] == 560
+    assert stats["cpu_run_real_total"] > 0 and stats["blkio_delay_total"] > 0 and stats["blkio_count"] > 0
+
+
+def test_taskstats_fields_a_short_struct_lacks_are_none() -> None:
+    """An older kernel's smaller struct: the fields past its end are None, never read from the padding."""
+    data = (DATA / "taskstats" / "reply-v16.bin").read_bytes()
+    (_type, _seq, payload), = list(taskstats.messages(data))
+    _tid, full = taskstats.parse_reply(payload)
+    struct_v8 = taskstats.parse_stats(bytes(bytearray(payload[-560:])[:328]))  # ends before thrashing (v9)
+    assert struct_v8["freepages_delay_total"] is not None and struct_v8["thrashing_delay_total"] is None
+    assert struct_v8["blkio_delay_total"] == full["blkio_delay_total"]
+
+
+def test_counters_capture_parses_to_rows_with_what_the_kernel_offered() -> None:
+    rows = parse("counters", (DATA / "counters" / "counters.txt").read_bytes())
+    threads = [r for r in rows if r["kind"] == "thread"]
+    psi = [r for r in rows if r["kind"] == "psi"]
+    assert threads and psi
+    assert {r["taskstats"] for r in threads} == {"v16"} and {r["delayacct"] for r in threads} == {"on"}
+    assert all(r["run_ns"] is not None and r["blkio_delay_ns"] is not None for r in threads)
+    pread = [r for r in threads if r["comm"] == "wl-pread0"]
+    shares = wait_shares(pread, pread[0]["t_ns"], pread[-1]["t_ns"])
+    assert shares is not None and shares["io_wait"] > 0.3
+
+
+def test_malformed_counters_line_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    lines = (DATA / "counters" / "counters.txt").read_text().splitlines()
+    lines[3] = lines[3].replace("\t", "\tx", 1)
+    bad = tmp_path / "counters.txt"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ParseError, match="line 4: t_ns is not an integer"):
+        parse("counters", bad.read_bytes())
+    result = run_cli("parse", "counters", str(bad))
+    assert result.returncode == 2
+    message = result.stderr.strip()
+    assert len(message.splitlines()) == 1 and str(bad) in message and "line 4" in message, message
+
+
+def test_counters_output_of_another_version_is_refused() -> None:
+    with pytest.raises(ParseError, match="version v2"):
+        parse("counters", b"# harness-counters v2 pid=1\n")
+    with pytest.raises(ParseError, match="no counters header"):
+        parse("counters", b"t\t1\t2\n")
+
+
+def test_wait_shares_clip_what_the_counters_claim_beyond_the_off_cpu_time() -> None:
+    """blkio delay larger than the time the thread was off CPU (seen on kernel 6.18): clipped, and said so."""
+    first = {"t_ns": 0, "run_ns": 0, "runqueue_ns": 0, "blkio_delay_ns": 0, "thrashing_delay_ns": 0,
+             "freepages_delay_ns": 0}
+    last = {"t_ns": 1_000_000_000, "run_ns": 300_000_000, "runqueue_ns": 100_000_000,
+            "blkio_delay_ns": 900_000_000, "thrashing_delay_ns": 0, "freepages_delay_ns": 0}
+    shares = wait_shares([first, last], 0, 10**9)
+    assert shares["io_wait"] == pytest.approx(0.6) and shares["other_sleep"] == 0
+    assert shares["overlap_s"] == pytest.approx(0.3)
+    assert wait_shares([first], 0, 10**9) is None  # one read: no window
+
+
+def test_ingest_keeps_each_rows_time_and_adds_the_collectors_notes() -> None:
+    from harness.collectors import COLLECTORS
+
+    rows = COLLECTORS["counters"].ingest(DATA / "counters", {})["thread_counters"]
+    assert all(isinstance(r["t_ns"], int) for r in rows)  # the '# stop t_ns=' note must not overwrite it
+    assert {r["delayacct_restored"] for r in rows} == {"0"} and float(rows[0]["collector_cpu_s"]) > 0
