@@ -52,11 +52,12 @@ def run_cli(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict[str, s
     return done
 
 
-def cli_in_process(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None,
+def cli_in_process(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float | None = None,
                    ) -> subprocess.CompletedProcess[str]:
     """Run ``harness ARGS`` through its real entry point (``harness.cli.main``) inside this process: the same
     parsing, output and exit codes as :func:`run_cli` without starting Python and loading pandas and scipy again,
-    for the quick tests of commands that only read and write files. Never for a campaign (signals, children)."""
+    for the quick tests of commands that only read and write files. Never for a campaign (signals, children).
+    ``timeout`` is accepted for symmetry with run_cli; the test's own timeout (pytest-timeout) bounds it."""
     import io
 
     from harness import cli

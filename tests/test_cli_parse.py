@@ -6,7 +6,7 @@ import csv
 import io
 import json
 
-from tests.helpers import FIXTURES, run_cli
+from tests.helpers import FIXTURES, cli_in_process
 
 FIO_COLUMNS = {"job_name", "rw", "bs_bytes", "iodepth", "numjobs", "ioengine", "direct", "read_iops",
                "read_bw_bytes_per_s", "read_clat_mean_ns", "read_clat_p50_ns", "read_clat_p99_ns", "read_io_bytes",
@@ -14,7 +14,7 @@ FIO_COLUMNS = {"job_name", "rw", "bs_bytes", "iodepth", "numjobs", "ioengine", "
 
 
 def test_parse_fio_json_has_the_promised_columns() -> None:
-    done = run_cli("parse", "fio", str(FIXTURES / "fio" / "fio-3.33-io_uring-direct-qd4-64k-randread.json"))
+    done = cli_in_process("parse", "fio", str(FIXTURES / "fio" / "fio-3.33-io_uring-direct-qd4-64k-randread.json"))
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert isinstance(rows, list) and len(rows) == 1
@@ -23,7 +23,8 @@ def test_parse_fio_json_has_the_promised_columns() -> None:
 
 
 def test_parse_blockstat_csv() -> None:
-    done = run_cli("parse", "blockstat", str(FIXTURES / "blockstat" / "vda-stat-17-fields.txt"), "--format", "csv")
+    capture = FIXTURES / "blockstat" / "vda-stat-17-fields.txt"
+    done = cli_in_process("parse", "blockstat", str(capture), "--format", "csv")
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     assert len(rows) == 1
@@ -35,10 +36,10 @@ def test_parse_blockstat_csv() -> None:
 def test_parse_errors_are_one_line_exit_2(tmp_path) -> None:  # noqa: ANN001
     bad = tmp_path / "stat"
     bad.write_text("1 2 3\n")
-    done = run_cli("parse", "blockstat", str(bad))
+    done = cli_in_process("parse", "blockstat", str(bad))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert str(bad) in done.stderr and "line 1" in done.stderr
-    done = run_cli("parse", "nosuchkind", str(bad))
+    done = cli_in_process("parse", "nosuchkind", str(bad))
     assert done.returncode == 2 and "unknown kind 'nosuchkind'" in done.stderr
-    done = run_cli("parse", "fio", str(tmp_path / "missing.json"))
+    done = cli_in_process("parse", "fio", str(tmp_path / "missing.json"))
     assert done.returncode == 2 and "missing.json" in done.stderr

@@ -8,7 +8,7 @@ import pytest
 
 from harness.parsers import ParseError, parse
 from harness.parsers.llama_bench import sample_rows
-from tests.helpers import FIXTURES, run_cli
+from tests.helpers import FIXTURES, cli_in_process
 
 BENCH = FIXTURES / "llama-bench"
 JSONL = BENCH / "llama-0c1e570-qwen3moe-1.6G-in-512M-cgroup-mmap.jsonl"
@@ -85,10 +85,10 @@ def test_server_stream_and_jsonl() -> None:
 
 
 def test_harness_parse_cli_reads_both() -> None:
-    done = run_cli("parse", "llama-bench", str(JSONL), "--format", "csv")
+    done = cli_in_process("parse", "llama-bench", str(JSONL), "--format", "csv")
     assert done.returncode == 0, done.stderr
     header = done.stdout.splitlines()[0].split(",")
     assert header[:3] == ["test", "n_prompt", "n_gen"] and "avg_tps" in header
-    done = run_cli("parse", "llama-server", str(SERVER))
+    done = cli_in_process("parse", "llama-server", str(SERVER))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[0]["decode_tps"] == 12.708413211005539

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers import run_cli
+from tests.helpers import cli_in_process
 
 
 def test_synth_then_inspect_json_reports_expert_layout(tmp_path: Path) -> None:
     out = tmp_path / "m.gguf"
-    done = run_cli("model", "synth", "--out", str(out), "--layers", "2", "--experts", "4", "--used", "2",
+    done = cli_in_process("model", "synth", "--out", str(out), "--layers", "2", "--experts", "4", "--used", "2",
                    "--hidden", "128", "--ff", "64", "--quant", "q8_0")
     assert done.returncode == 0, done.stderr
-    info = json.loads(run_cli("model", "inspect", str(out), "--format", "json").stdout)
+    info = json.loads(cli_in_process("model", "inspect", str(out), "--format", "json").stdout)
     assert info["architecture"] == "qwen3moe" and info["block_count"] == 2
     assert info["expert_count"] == 4 and info["expert_used_count"] == 2
     slices = info["expert_slices"]
@@ -28,10 +28,10 @@ def test_inspect_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf at all")
     for path in (junk, tmp_path / "missing.gguf"):
-        done = run_cli("model", "inspect", str(path))
+        done = cli_in_process("model", "inspect", str(path))
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and str(path.name) in done.stderr
-    done = run_cli("model", "synth", "--out", str(tmp_path / "x.gguf"), "--quant", "q3")
+    done = cli_in_process("model", "synth", "--out", str(tmp_path / "x.gguf"), "--quant", "q3")
     assert done.returncode == 2 and "q3" in done.stderr
 
 

@@ -15,7 +15,7 @@ from harness.boards.platforms import PLATFORMS
 from harness.campaign.plan import build_plan
 from harness.campaign.resolve import load_resolved
 from harness.collectors import COLLECTORS
-from tests.helpers import PAPER, REPO, run_cli, trimmed_streaming_experiment
+from tests.helpers import PAPER, REPO, cli_in_process, trimmed_streaming_experiment
 
 ORIN = PAPER / "orin-nano-streaming.yaml"
 EMULATED = PAPER / "emulated-orin.yaml"
@@ -38,7 +38,7 @@ def _contains(args: list[Any], flags: list[str]) -> bool:
 @pytest.mark.parametrize(("path", "targets_dir"), [(ORIN, EXAMPLE_TARGETS), (EMULATED, REPO / "targets")],
                          ids=["orin", "emulated"])
 def test_paper_experiment_plans(path: Path, targets_dir: Path) -> None:
-    done = run_cli("plan", str(path), "--targets-dir", str(targets_dir))
+    done = cli_in_process("plan", str(path), "--targets-dir", str(targets_dir))
     assert done.returncode == 0, done.stderr
     for step in ("llama-bench", "llama-server", "fio"):
         assert step in done.stdout

@@ -12,7 +12,7 @@ from harness.boards.platforms import PLATFORMS
 from harness.boards.platforms.android import enrich
 from harness.parsers import ParseError, parse
 from tests import fakeboard as fb
-from tests.helpers import run_cli
+from tests.helpers import cli_in_process
 
 ANDROID = fb.DATA / "android"
 
@@ -25,7 +25,7 @@ def _phone(tmp_path: Path, getprop: str = "getprop-redmi-m2101k9c-mt6893.txt") -
 
 def test_probe_reads_a_phone(tmp_path: Path) -> None:
     targets, env = _phone(tmp_path)
-    done = run_cli("probe", "phone", "--targets-dir", str(targets), "--format", "json",
+    done = cli_in_process("probe", "phone", "--targets-dir", str(targets), "--format", "json",
                    "--expect", "android_release_min=12", "--expect", "model=M2101K9C",
                    "--expect", "mem_total_min=10G", env=env, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -43,7 +43,7 @@ def test_probe_reads_a_phone(tmp_path: Path) -> None:
 
 def test_old_android_fails_the_release_expectation(tmp_path: Path) -> None:
     targets, env = _phone(tmp_path)
-    done = run_cli("probe", "phone", "--targets-dir", str(targets), "--expect", "android_release_min=14",
+    done = cli_in_process("probe", "phone", "--targets-dir", str(targets), "--expect", "android_release_min=14",
                    env=env, timeout=120)
     assert done.returncode == 1
     assert "Android 13, need >= 14" in done.stderr

@@ -7,7 +7,7 @@ from harness.boards.inventory import load_targets
 from harness.boards.platforms import PLATFORMS
 from harness.campaign.resolve import load_resolved
 from harness.collectors import COLLECTORS
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, cli_in_process
 
 EXAMPLES = REPO / "targets" / "examples"
 EXPERIMENT = REPO / "experiments" / "examples" / "jetson-board-state.yaml"
@@ -24,5 +24,5 @@ def test_example_experiment_uses_known_expectations_and_collectors() -> None:
     target = load_targets(EXAMPLES)[experiment.targets[0]]
     assert set(experiment.expect) <= set(PLATFORMS[target.platform].expectations)
     assert set(experiment.collectors()) <= set(COLLECTORS)
-    done = run_cli("plan", str(EXPERIMENT), "--targets-dir", str(EXAMPLES))
+    done = cli_in_process("plan", str(EXPERIMENT), "--targets-dir", str(EXAMPLES))
     assert done.returncode == 0, done.stderr

@@ -14,7 +14,7 @@ from harness.parsers import ParseError, parse
 from runner import sysroot
 from runner.probes import jetson, linux
 from tests import fakeboard as fb
-from tests.helpers import FIXTURES, REPO, python_or_skip, run_cli
+from tests.helpers import FIXTURES, REPO, cli_in_process, python_or_skip
 
 JETSON = fb.DATA / "jetson"
 
@@ -29,7 +29,7 @@ def _probe_json(targets: Path, env: dict[str, str], *expect: str) -> tuple[int, 
     args = ["probe", "orin", "--targets-dir", str(targets), "--format", "json"]
     for item in expect:
         args += ["--expect", item]
-    done = run_cli(*args, env=env, timeout=120)
+    done = cli_in_process(*args, env=env, timeout=120)
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
 
 
@@ -90,7 +90,7 @@ def test_gui_and_slow_nvme_link_are_failed_expectations(tmp_path: Path) -> None:
 
 def test_unknown_expectation_is_a_usage_error(tmp_path: Path) -> None:
     targets, env = _board(tmp_path)
-    done = run_cli("probe", "orin", "--targets-dir", str(targets), "--expect", "power_mod=MAXN", env=env)
+    done = cli_in_process("probe", "orin", "--targets-dir", str(targets), "--expect", "power_mod=MAXN", env=env)
     assert done.returncode == 2
     assert "unknown expectation 'power_mod'" in done.stderr
 
@@ -178,7 +178,7 @@ def test_a_tag_probes_every_board_and_fails_if_one_does(tmp_path: Path) -> None:
     for name in ("orin-a", "orin-b"):
         (targets / f"{name}.yaml").write_text(f"platform: jetson\ntransport: local\ntags: [farm]\n"
                                               f"workdir: {tmp_path / name}\n")
-    done = run_cli("probe", "tag:farm", "--targets-dir", str(targets), "--format", "json",
+    done = cli_in_process("probe", "tag:farm", "--targets-dir", str(targets), "--format", "json",
                    "--expect", "power_mode=MAXN_SUPER", env=env, timeout=120)
     assert done.returncode == 1
     lines = [json.loads(line) for line in done.stdout.splitlines()]
@@ -188,6 +188,6 @@ def test_a_tag_probes_every_board_and_fails_if_one_does(tmp_path: Path) -> None:
 
 def test_a_target_declared_jetson_that_is_not_one_says_so_first(tmp_path: Path) -> None:
     targets = fb.target_dir(tmp_path, "orin", "jetson")  # but this machine is a plain Linux VM
-    done = run_cli("probe", "orin", "--targets-dir", str(targets), "--expect", "gui=off", timeout=120)
+    done = cli_in_process("probe", "orin", "--targets-dir", str(targets), "--expect", "gui=off", timeout=120)
     assert done.returncode == 1
     assert "declared platform jetson but the runner found linux (no /etc/nv_tegra_release)" in done.stderr

@@ -19,7 +19,7 @@ from harness.errors import ConfigError
 from harness.figures import FIGURES
 from harness.results import SCHEMA_VERSION
 from harness.results.tables import TABLES, TABLES_DIR, table_file
-from tests.helpers import run_cli
+from tests.helpers import cli_in_process
 
 REGISTRIES = ("harness.steps", "harness.collectors", "harness.engines", "harness.parsers", "harness.figures")
 
@@ -85,7 +85,7 @@ def test_unknown_engine_is_one_line_naming_file_line_and_known_engines(tmp_path:
     with pytest.raises(ConfigError) as info:
         load_resolved(path)
     assert str(info.value) == f"{path}:7: engine.vllm: unknown engine 'vllm' (known: {', '.join(sorted(ENGINES))})"
-    done = run_cli("plan", str(path))
+    done = cli_in_process("plan", str(path))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "unknown engine 'vllm' (known: llama.cpp)" in done.stderr
 
