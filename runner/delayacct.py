@@ -12,33 +12,11 @@ Writes go through ``HARNESS_DELAYACCT_SYSCTL`` (default /proc/sys/kernel/task_de
 import fcntl
 import json
 import os
-import tempfile
 from contextlib import contextmanager
 
-
-# the state sits beside runner.emulation's (same directory, same env), without importing it: emulation's repair
-# imports this module, and runner.collectors (which uses it) may not import runner.emulation
-def state_dir():
-    configured = os.environ.get("HARNESS_EMULATE_STATE")
-    if configured:
-        return configured
-    return "/run/harness" if os.path.isdir("/run") else os.path.join(tempfile.gettempdir(), "harness-state")
-
-
-def read(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
-
-
-def write(path, value):
-    fd = os.open(path, os.O_WRONLY)  # one write() per value, as sysctl files want
-    try:
-        os.write(fd, str(value).encode())
-    finally:
-        os.close(fd)
+from runner.util import read_value as read
+from runner.util import state_dir
+from runner.util import write_value as write
 
 
 def load(path):

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 
 CHUNK = 1 << 20
@@ -160,3 +161,30 @@ def write_checksums(run_dir):
             lines.append("%s  %s" % (sha256_file(full), rel))
     with open(os.path.join(run_dir, "SHA256SUMS"), "w") as out:
         out.write("\n".join(sorted(lines, key=lambda line: line[66:])) + "\n")
+
+
+def read_value(path):
+    """A sysfs, procfs or cgroup file's value, stripped; None when it cannot be read."""
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def write_value(path, value):
+    # one write() per value: cgroup, sysfs and sysctl files take a whole value per write call
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, str(value).encode())
+    finally:
+        os.close(fd)
+
+
+def state_dir():
+    """Where machine-wide settings a run changed (read_ahead_kb, cgroups, task_delayacct) are recorded until undone:
+    /run (cleared at reboot, exactly when the kernel resets them), any runner on the machine can repair from it."""
+    configured = os.environ.get("HARNESS_EMULATE_STATE")
+    if configured:
+        return configured
+    return "/run/harness" if os.path.isdir("/run") else os.path.join(tempfile.gettempdir(), "harness-state")

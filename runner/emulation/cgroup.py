@@ -10,29 +10,15 @@ import os
 import signal
 import time
 
+from runner.util import read_value as read
+from runner.util import write_value as write
+
 PARENT = "harness"
 KILL_WAIT_S = 10.0
 
 
 def cgroup_root():
     return os.environ.get("HARNESS_CGROUP_ROOT", "/sys/fs/cgroup")
-
-
-def read(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
-
-
-def write(path, value):
-    # one write() per value: cgroup and sysfs files take a whole value per write call
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, str(value).encode())
-    finally:
-        os.close(fd)
 
 
 def to_int(text):

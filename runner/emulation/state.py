@@ -10,18 +10,11 @@ runner on the machine must be able to repair it.
 
 import json
 import os
-import tempfile
 
 from runner.emulation.cgroup import read, write
+from runner.util import state_dir
 
 DURABLE_ENV = "HARNESS_EMULATE_DURABLE"
-
-
-def state_dir():
-    configured = os.environ.get("HARNESS_EMULATE_STATE")
-    if configured:
-        return configured
-    return "/run/harness" if os.path.isdir("/run") else os.path.join(tempfile.gettempdir(), "harness-state")
 
 
 def durable_path():
