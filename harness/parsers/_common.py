@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from .base import ParseError
+
 
 def text_of(data: bytes | str) -> str:
     """Decode captured output. Tools on boards sometimes emit stray non-UTF-8 bytes (a truncated
@@ -25,6 +27,18 @@ def numbered_lines(data: bytes | str) -> Iterator[tuple[int, str]]:
 def header_fields(line: str) -> dict[str, str]:
     """``# harness-sampler v1 mode=block dev=vda period_ms=10`` -> {'mode': 'block', ...}."""
     return dict(word.split("=", 1) for word in line.lstrip("#").split() if "=" in word)
+
+
+def versioned_header(line: str, number: int, tool: str, version: str) -> dict[str, str]:
+    """The fields of a ``# harness-TOOL VERSION key=value ...`` header line; ParseError naming both versions for
+    a header of another version (or none: a first word of ``key=value`` is a field, not a version)."""
+    words = line.split()
+    named = len(words) > 2 and words[:2] == ["#", f"harness-{tool}"] and "=" not in words[2]
+    found = words[2] if named else None
+    if found != version:
+        raise ParseError(f"{tool} output of version {found or '(none)'}: this parser reads harness-{tool} "
+                         f"{version} (header {line.strip()[:80]!r})", line=number)
+    return header_fields(line)
 
 
 def iter_lines(data: bytes | str | BinaryIO) -> Iterator[str]:

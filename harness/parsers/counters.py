@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import header_fields, iter_lines
+from ._common import header_fields, iter_lines, versioned_header
 from .base import ParseError, register_parser
 
 VERSION = "v1"
@@ -42,12 +42,7 @@ def _value(text: str, name: str, line: int) -> int | None:
 
 
 def _header(line: str, number: int) -> dict[str, Any]:
-    words = line.split()
-    version = words[2] if len(words) > 2 and words[:2] == ["#", "harness-counters"] else None
-    if version != VERSION:
-        raise ParseError(f"counters output of version {version or '(none)'}: this parser reads harness-counters "
-                         f"{VERSION} (header {line.strip()[:80]!r})", line=number)
-    fields = header_fields(line)
+    fields = versioned_header(line, number, "counters", VERSION)
     facts: dict[str, Any] = {key: fields.get(key) for key in FACTS}
     for key in ("pid", "period_ms", "clock_ticks_per_s"):
         facts[key] = _value(facts[key] or "-", key, number)

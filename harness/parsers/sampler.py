@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from ._common import header_fields, iter_lines
+from ._common import header_fields, iter_lines, versioned_header
 from .base import ParseError, register_parser
 
 SAMPLER_VERSION = "v1"  # the version runner/native/sampler.c writes in its header
@@ -43,13 +43,7 @@ def _int(value: str, name: str, line: int) -> int:
 
 def sampler_header(line: str, number: int) -> dict[str, str]:
     """The fields of a ``# harness-sampler v1 ...`` header line; ParseError for a header of another version."""
-    words = line.split()
-    named = len(words) > 2 and words[:2] == ["#", "harness-sampler"] and "=" not in words[2]
-    version = words[2] if named else None
-    if version != SAMPLER_VERSION:
-        raise ParseError(f"sampler output of version {version or '(none)'}: this parser reads harness-sampler "
-                         f"{SAMPLER_VERSION} (header {line.strip()[:80]!r})", line=number)
-    return header_fields(line)
+    return versioned_header(line, number, "sampler", SAMPLER_VERSION)
 
 
 def _no_header(first: str | None, number: int | None) -> ParseError:
