@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.analysis.waits import CLASSES, wait_shares
 from harness.results.loader import ResultSet
+from harness.results.selection import usable_runs
 from harness.results.tables import REQUESTS, RUNS, THREAD_COUNTERS
 from harness.results.variants import variants
 
@@ -49,7 +50,7 @@ def wait_summary(rs: ResultSet, params: list[str]) -> pd.DataFrame:
     if counters.empty or runs.empty:
         return pd.DataFrame()
     shares = window_shares(counters, rs.table(REQUESTS.name))
-    ok = runs[runs["status"] == "ok"]
+    ok = usable_runs(runs)  # the one selection: ok and not perturbed, as every other summary
     if shares.empty or ok.empty:
         return pd.DataFrame()
     cells = pd.Series(variants(ok, params).to_numpy(), index=ok["run_id"])
