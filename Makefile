@@ -40,6 +40,15 @@ system-deps:
 	    echo "error: missing system packages:$$missing (install them: sudo apt-get install$$missing)" >&2; exit 2; \
 	  fi; \
 	fi; \
+	if ! command -v bpftrace >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing: bpftrace (the offcpu ground-truth collector and its tests)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftrace) >/dev/null 2>&1 || \
+	      echo "note: bpftrace could not be installed; the offcpu collector tests will skip"; \
+	  else \
+	    echo "note: bpftrace is not installed (sudo apt-get install bpftrace); the offcpu collector tests will skip"; \
+	  fi; \
+	fi; \
 	if ! command -v adb >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing: adb (the real adb server for the adb transport tests)"; \

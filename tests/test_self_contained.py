@@ -47,6 +47,8 @@ def references_outside(name: str, text: str) -> list[str]:
         checks.append(BESIDE)
     found = []
     for number, line in enumerate(text.splitlines(), 1):
+        if name == ".ci/run" and "HARNESS_ENGINE_SOURCES=" in line:
+            continue  # CI names the optional engine-archive folder through the one variable meant for it
         for pattern, what in checks:
             if pattern.search(line):
                 found.append(f"{name}:{number}: {what}: {line.strip()[:120]}")
