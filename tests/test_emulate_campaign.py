@@ -19,7 +19,7 @@ import pytest
 from harness.results.loader import load_result_set
 from runner.emulation import cgroup, state
 from runner.probes.blockdev import block_device_of
-from tests.helpers import REPO, machine_lock, run_cli, wait_for
+from tests.helpers import REPO, cli_in_process, machine_lock, run_cli, wait_for
 from tests.helpers import needs_cgroups as needs_cgroups_mark
 
 MiB = 1 << 20
@@ -75,14 +75,14 @@ def private_target(tmp_path: Path) -> list[str]:
 ])
 def test_bad_emulate_block_is_one_line_with_file_and_line(tmp_path: Path, block: str, words: str) -> None:
     path = experiment(tmp_path, block, matrix="{ra: [128]}")
-    done = run_cli("plan", str(path))
+    done = cli_in_process("plan", str(path))
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{path}:6: " in done.stderr and words in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_template_from_the_matrix_is_checked_per_cell(tmp_path: Path) -> None:
-    done = run_cli("plan", str(experiment(tmp_path, "{read_ahead_kb: '{ra}'}", matrix="{ra: [128, -1]}")))
+    done = cli_in_process("plan", str(experiment(tmp_path, "{read_ahead_kb: '{ra}'}", matrix="{ra: [128, -1]}")))
     assert done.returncode == 2 and "emulate.read_ahead_kb" in done.stderr, done.stderr
 
 

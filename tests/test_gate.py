@@ -228,6 +228,7 @@ def test_a_failed_run_of_a_gated_cell_is_an_infrastructure_failure_not_a_regress
     assert done.returncode == 3 and "runs are not ok" in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # --confirm starts a confirmation campaign (it fails connecting to the board)
 def test_an_unreachable_board_during_confirm_is_an_infrastructure_failure(tmp_path: Path) -> None:
     """A suspected fio regression (injected: arm b's bandwidth halved), --confirm 2, and the board the set ran on
     does not answer (ssh to a closed port): exit 3, naming the board."""

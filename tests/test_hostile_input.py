@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runner import util
-from tests.helpers import REPO, private_base, run_campaign, run_cli
+from tests.helpers import REPO, cli_in_process, private_base, run_campaign
 
 pytestmark = pytest.mark.fault
 
@@ -29,7 +29,7 @@ def test_a_file_name_with_a_path_is_refused_at_plan_time(tmp_path: Path) -> None
     exp = tmp_path / "trav.yaml"
     exp.write_text('name: trav\nfiles:\n  data: {create: 1M}\n  "../../../srv/lab/victim": {create: 1M}\n'
                    "steps:\n  - read: {file: data}\n")
-    line = one_line_exit_2(run_cli("plan", str(exp)))
+    line = one_line_exit_2(cli_in_process("plan", str(exp)))
     assert line.startswith(f"error: {exp}:4: ") and "not a plain name" in line
 
 
@@ -93,7 +93,7 @@ steps:
 def test_a_template_value_cannot_add_fio_options(tmp_path: Path) -> None:
     exp = tmp_path / "inj.yaml"
     exp.write_text(INJECTION)
-    line = one_line_exit_2(run_cli("plan", str(exp)))
+    line = one_line_exit_2(cli_in_process("plan", str(exp)))
     assert "steps[0].fio.jobs[0].bs" in line and "cannot be an fio option value" in line
 
 
@@ -103,7 +103,7 @@ def test_fio_options_that_run_or_write_are_refused(tmp_path: Path, options: str)
     exp = tmp_path / "e.yaml"
     exp.write_text(f"name: ex\nfiles:\n  data: {{create: 1M}}\nsteps:\n  - fio:\n      file: data\n"
                    f"      jobs: [{{name: custom, options: {options}}}]\n")
-    line = one_line_exit_2(run_cli("plan", str(exp)))
+    line = one_line_exit_2(cli_in_process("plan", str(exp)))
     assert ":5: steps[0].fio" in line
 
 
@@ -158,22 +158,22 @@ def test_anchors_in_moderation_still_work(tmp_path: Path) -> None:
     exp = tmp_path / "anchors.yaml"
     exp.write_text("name: anchors\nfiles:\n  data: {create: 1M}\nx-job: &job {file: data, runtime_s: 1}\n"
                    "steps:\n  - fio: *job\n  - fio: *job\n")
-    done = run_cli("plan", str(exp))
+    done = cli_in_process("plan", str(exp))
     assert done.returncode == 2 and "x-job" in done.stderr  # unknown top-level key: the anchors themselves parse
     exp.write_text("name: anchors\nfiles:\n  data: {create: 1M}\nmatrix:\n  qd: &qd [1, 2]\n"
                    "steps:\n  - fio: {file: data, runtime_s: 1, jobs: [randread-64k-qd1]}\n")
-    assert run_cli("plan", str(exp)).returncode == 0
+    assert cli_in_process("plan", str(exp)).returncode == 0
 
 
 def test_an_oversized_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
     exp = tmp_path / "big.yaml"
     exp.write_text("name: big\n" + "# padding\n" * 120_000)
-    line = one_line_exit_2(run_cli("plan", str(exp)))
+    line = one_line_exit_2(cli_in_process("plan", str(exp)))
     assert "HARNESS_MAX_YAML_BYTES" in line
     small = tmp_path / "small.yaml"
     small.write_text("name: small\nfiles:\n  data: {create: 1M}\nsteps:\n  - read: {file: data}\n")
-    assert run_cli("plan", str(small)).returncode == 0
-    line = one_line_exit_2(run_cli("plan", str(small), env={"HARNESS_MAX_YAML_BYTES": "20"}))
+    assert cli_in_process("plan", str(small)).returncode == 0
+    line = one_line_exit_2(cli_in_process("plan", str(small), env={"HARNESS_MAX_YAML_BYTES": "20"}))
     assert "more than the 20 an experiment or target file may have" in line
 
 
@@ -182,5 +182,5 @@ def test_a_huge_matrix_says_how_many_cells_were_asked_for(tmp_path: Path) -> Non
     values = ", ".join(str(i) for i in range(200))
     exp.write_text(f"name: m\nfiles:\n  data: {{create: 1M}}\nmatrix:\n  a: [{values}]\n  b: [{values}]\n"
                    "steps:\n  - read: {file: data}\n")
-    line = one_line_exit_2(run_cli("plan", str(exp)))
+    line = one_line_exit_2(cli_in_process("plan", str(exp)))
     assert "asks for 40000 cells" in line and ":4: matrix" in line

@@ -26,6 +26,7 @@ def membw(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # builds membw with nvcc first
 def test_membw_runs_or_says_why_not(membw: Path) -> None:
     done = subprocess.run([str(membw), "--bytes", str(64 << 20), "--reps", "3"], capture_output=True, text=True,
                           timeout=300, check=False)

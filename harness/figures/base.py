@@ -91,7 +91,7 @@ def save(fig: Any, out_dir: Path, name: str, set_id: str, settings: str,
     note = emulation_note(runs)
     settings = f"{settings} · {note}" if note else settings
     # the footer goes below everything already drawn (rotated tick labels reach under the axes)
-    fig.canvas.draw()
+    fig.draw_without_rendering()  # the layout, without rasterizing: the files below are the real drawings
     # the layout is done: freeze it, or savefig lays the figure out and draws it twice for every file
     fig.set_layout_engine("none")
     for legend in fig.legends:  # a legend anchored to the figure's box would follow the crop onto the footer

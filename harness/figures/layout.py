@@ -22,7 +22,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 def hide_overlapping(fig: Figure, texts: Iterable[Text], keep_clear_of: Sequence[Text] = ()) -> int:
     """Hide each text whose box meets an earlier kept one (or one of ``keep_clear_of``), in the given order;
     returns how many were hidden. Draws the figure first so the boxes are where they will be saved."""
-    fig.canvas.draw()
+    fig.draw_without_rendering()  # lays the figure out (text boxes and all) without rasterizing it
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     kept = [t.get_window_extent(renderer) for t in keep_clear_of if t.get_visible() and t.get_text()]
     hidden = 0

@@ -95,16 +95,18 @@ def telemetry_panels(telemetry: pd.DataFrame) -> list[Panel]:
 
 
 def _shade_runs(axes: list, runs: pd.DataFrame, t0: int) -> list:
-    labels = []
-    for k, (_, run) in enumerate(runs.iterrows()):
+    labels, spans = [], []
+    for _, run in runs.iterrows():
         start, end = (run["step_start_mono_ns"] - t0) / 1e9, (run["step_end_mono_ns"] - t0) / 1e9
-        for ax in axes:
-            ax.axvspan(start, end, color="0.85" if k % 2 else "0.93", zorder=0, lw=0)
+        spans.append((start, end - start))
         text = axes[0].annotate(f"{run['index']} {run['step_label']} {run['cache']}", ((start + end) / 2, 0.98),
                                 xycoords=("data", "axes fraction"), fontsize=6, rotation=90, ha="center",
                                 va="top", color="0.3")
         text.set_in_layout(False)
         labels.append(text)
+    shades = ["0.85" if k % 2 else "0.93" for k in range(len(spans))]
+    for ax in axes:  # one collection per panel: an axvspan per run per panel costs seconds to lay out
+        ax.broken_barh(spans, (0, 1), transform=ax.get_xaxis_transform(), facecolors=shades, zorder=0, lw=0)
     return labels
 
 
