@@ -16,7 +16,7 @@ test: setup
 
 # the edit loop: no campaign, build, sshd, adb or jtop, on two workers (under a minute here)
 test-fast: setup
-	$(BIN)/python -m pytest -q -ra -m "not slow" -n 2
+	$(BIN)/python -m pytest -q -ra -m "not slow" -n 2 --dist worksteal
 
 setup: system-deps venv native
 

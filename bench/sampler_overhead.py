@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
-"""Overhead of the native sampler (runner/native) on an I/O-bound 16-thread process. Run on demand, not in CI.
+"""Overhead of the native sampler (runner/native) at 5 ms over 16 threads: the old mode beside the new, in one run.
+Run on demand, not in CI.
 
     python3 bench/sampler_overhead.py [--file /var/tmp/x.bin] [--size-gib 2] [--rounds 8] [--round-s 8]
+                                      [--old-rev c7e78c0] [--cpu-s 30]
 
-1. Sampler CPU: `sampler threads PID --period-ms 5` attached to the reader for >= 20 s (and, alongside it,
-   `sampler block DEV --period-ms 10`); CPU = delta of utime+stime from /proc/<sampler>/stat, cross-checked with the
-   on-CPU ns of /proc/<sampler>/schedstat, as % of one core.
-2. Reader throughput without (A) and with (B) the threads sampler attached, interleaved A B A B ..., mean +- sd and
-   the % change of the means.
+The modes (all `sampler threads PID --period-ms 5`):
+  old       the v1 sampler, built from runner/native/sampler.c at git revision --old-rev (stat of every thread every
+            sample, wchan of those not running); without git, the new binary with --stat-ms 0 --wchan stands in
+  exact     the new sampler with --stat-ms 0: stat every sample (exact state letters) + syscall of those not running
+  default   the new sampler as the runner starts it: syscall of every thread every sample, stat every 100 ms
+
+1. Sampler CPU, side by side: every mode attached at once to the same process for >= 20 s, first to the validation
+   workload (runner/native/workload: 16 threads of busy compute, a futex barrier, cold mmap faults, cold preads,
+   sleep), then to the cold-file reader below (16 threads, nearly always in D); CPU = delta of the on-CPU ns of
+   /proc/<sampler>/schedstat (cross-checked with utime+stime of /proc/<sampler>/stat), as % of one core.
+   `sampler block DEV --period-ms 10` runs beside them once, for reference.
+2. Reader throughput without a sampler (A), with the default mode (B) and with the old mode (C), interleaved
+   A B C A B C ..., mean +- sd, the % change of the means and the paired change per round.
 
 The reader is a small C program (built here into a temp dir): N threads doing 64 KiB pread at random aligned
 offsets of a file whose pages were dropped with `cachectl drop`, each read followed by posix_fadvise(DONTNEED) on
@@ -20,6 +30,7 @@ import argparse
 import os
 import platform
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -152,9 +163,9 @@ class Reader:
 
 
 class Sampler:
-    def __init__(self, args: list[str], out: Path):
+    def __init__(self, args: list[str], out: Path, exe: str | None = None):
         self.out = out
-        self.p = subprocess.Popen([str(BIN / "sampler"), *args, "--out", str(out)], stderr=subprocess.PIPE)
+        self.p = subprocess.Popen([exe or str(BIN / "sampler"), *args, "--out", str(out)], stderr=subprocess.PIPE)
         end = time.monotonic() + 5
         while not (out.exists() and out.read_text().endswith("\n")):
             assert self.p.poll() is None and time.monotonic() < end, "sampler did not start"
@@ -193,6 +204,135 @@ def mean_sd(xs: list[float]) -> tuple[float, float]:
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
+MODES = ("old", "exact", "default")
+MODE_ARGS = {"old": [], "exact": ["--stat-ms", "0"], "default": []}
+
+
+def build_old(rev: str, work: Path) -> Path | None:
+    """The v1 sampler from git revision ``rev`` (read with `git show`, nothing in the tree changes); None if
+    git or the revision is not there."""
+    try:
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:runner/native/sampler.c"], check=True,
+                             capture_output=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    (work / "sampler-old.c").write_bytes(src)
+    exe = work / "sampler-old"
+    run(["cc", "-std=c99", "-O2", "-D_GNU_SOURCE", "-D_FILE_OFFSET_BITS=64", "-o", str(exe),
+         str(work / "sampler-old.c")])
+    return exe
+
+
+def sampler_argv(mode: str, old: Path | None, pid: int, period_ms: int) -> list[str]:
+    if mode == "old":
+        if old is not None:
+            return [str(old), "threads", str(pid), "--period-ms", str(period_ms)]
+        return [str(BIN / "sampler"), "threads", str(pid), "--period-ms", str(period_ms), "--stat-ms", "0", "--wchan"]
+    return [str(BIN / "sampler"), "threads", str(pid), "--period-ms", str(period_ms), *MODE_ARGS[mode]]
+
+
+class Workload:
+    """runner/native/workload with 16 threads, as the process the samplers attach to."""
+
+    def __init__(self, files: tuple[Path, Path], seconds: float, out: Path):
+        self.p = subprocess.Popen([str(BIN / "workload"), "--seconds", str(seconds), "--busy", "2",
+                                   "--barrier", "8:500us", "--fault", str(files[0]), "--pread", str(files[1]),
+                                   "--sleep", "4", "--out", str(out)])
+        self.pid = self.p.pid
+
+    def finish(self) -> None:
+        assert self.p.wait(timeout=600) == 0
+
+
+def cpu_side_by_side(pid: int, a, old: Path | None, work: Path, tag: str, dev: str | None) -> dict:
+    """Every mode attached to ``pid`` at once for a.cpu_s: CPU % of one core per mode (and the block sampler's)."""
+    samplers = {mode: Sampler(sampler_argv(mode, old, pid, a.period_ms)[1:], work / f"{tag}-{mode}.txt",
+                              exe=sampler_argv(mode, old, pid, a.period_ms)[0]) for mode in MODES}
+    if dev:
+        samplers["block"] = Sampler(["block", dev, "--period-ms", "10"], work / f"{tag}-block.txt")
+    c0 = {m: proc_cpu(s.p.pid) for m, s in samplers.items()}
+    t0 = time.monotonic()
+    time.sleep(a.cpu_s)
+    c1 = {m: proc_cpu(s.p.pid) for m, s in samplers.items()}
+    wall = time.monotonic() - t0
+    nthreads = len(os.listdir(f"/proc/{pid}/task"))
+    tck = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for mode, s in samplers.items():
+        info = s.stop()
+        sched = 100.0 * (c1[mode][1] - c0[mode][1]) / 1e9 / wall
+        out[mode] = {"sched_pct": sched, "ticks_pct": 100.0 * (c1[mode][0] - c0[mode][0]) / tck / wall,
+                     "wall_s": wall, "threads": nthreads, **info,
+                     "us_per_thread_sample": sched / 100.0 * wall / max(1, info.get("samples", 0) * nthreads) * 1e6}
+    return out
+
+
+def throughput_rounds(a, reader: Path, old: Path | None, work: Path) -> dict[str, list[float]]:
+    """Reader MB/s without a sampler (A), with the default mode (B), with the old mode (C), interleaved."""
+    mbps: dict[str, list[float]] = {"A": [], "B": [], "C": []}
+    background: list[float] = []
+    tck = os.sysconf("SC_CLK_TCK")
+    for i in range(a.rounds):
+        for variant, mode in (("A", None), ("B", "default"), ("C", "old")):
+            run([str(BIN / "cachectl"), "drop", str(a.file)])
+            rd = Reader(reader, a.file, a.threads, a.block_kib * 1024, a.round_s)
+            s = None
+            if mode:
+                argv = sampler_argv(mode, old, rd.pid, a.period_ms)
+                s = Sampler(argv[1:], work / f"ab-{i}-{variant}.txt", exe=argv[0])
+            sys0, own0 = system_busy_ticks(), proc_cpu(rd.pid)[0] + (proc_cpu(s.p.pid)[0] if s else 0)
+            rd.go()
+            time.sleep(max(0.0, a.round_s - 0.3))  # measure the other load while the reader still runs
+            sys1, own1 = system_busy_ticks(), proc_cpu(rd.pid)[0] + (proc_cpu(s.p.pid)[0] if s else 0)
+            background.append((sys1[0] - sys0[0] - (own1 - own0)) / tck / (a.round_s - 0.3))
+            mbps[variant].append(rd.result_mbps())
+            if s:
+                s.stop()
+            print(f"round {i + 1} {variant}: {mbps[variant][-1]:8.1f} MB/s  (other load {background[-1]:.2f} cores)",
+                  flush=True)
+    mbps["background"] = background
+    return mbps
+
+
+def print_cpu(title: str, cpu: dict, period_ms: int) -> None:
+    print(f"\n{title}\n")
+    print("| mode | CPU % of one core (schedstat) | (utime+stime) | samples / overruns | µs per thread per sample |")
+    print("|---|---|---|---|---|")
+    for mode, r in cpu.items():
+        label = f"{mode} ({period_ms} ms, {r['threads']} threads)" if mode != "block" else "block (10 ms)"
+        print(f"| {label} | {r['sched_pct']:.2f} | {r['ticks_pct']:.2f} | {r.get('samples')} / {r.get('overruns')} | "
+              f"{r['us_per_thread_sample']:.2f} |")
+
+
+def print_throughput(mbps: dict[str, list[float]]) -> None:
+    ma, sa = mean_sd(mbps["A"])
+    print("\n| reader | MB/s (mean ± sd) | change of means vs A | paired change per round vs A |")
+    print("|---|---|---|---|")
+    print(f"| A: no sampler (n={len(mbps['A'])}) | {ma:.1f} ± {sa:.1f} | | |")
+    for variant, name in (("B", "default mode"), ("C", "old mode")):
+        m, sd = mean_sd(mbps[variant])
+        diffs = [100.0 * (b - x) / x for x, b in zip(mbps["A"], mbps[variant], strict=True)]
+        md, sdd = mean_sd(diffs)
+        print(f"| {variant}: {name} (n={len(mbps[variant])}) | {m:.1f} ± {sd:.1f} | {100.0 * (m - ma) / ma:+.2f} % | "
+              f"{md:+.2f} ± {sdd:.2f} % (standard error {sdd / len(diffs) ** 0.5:.2f} %) |")
+    bg = mbps["background"]
+    print(f"\nCPU load from other processes during the rounds: {statistics.mean(bg):.2f} cores (max {max(bg):.2f}) "
+          f"of {os.cpu_count()}")
+
+
+def make_file(path: Path, size: int) -> bool:
+    if path.exists() and path.stat().st_size == size:
+        return False
+    print(f"writing {size / 2**30:.2f} GiB test file {path} ...", flush=True)
+    with open(path, "wb") as f:
+        chunk = os.urandom(16 << 20)
+        for i in range(max(1, size // len(chunk))):
+            f.write(chunk[:8] + i.to_bytes(8, "little") + chunk[16:])
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--file", type=Path, default=Path("/var/tmp/harness-sampler-bench.bin"))
@@ -200,10 +340,11 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--block-kib", type=int, default=64)
     ap.add_argument("--period-ms", type=int, default=5)
-    ap.add_argument("--cpu-s", type=float, default=30.0, help="duration of the CPU measurement (>= 20)")
-    ap.add_argument("--rounds", type=int, default=8, help="A/B pairs (>= 4)")
+    ap.add_argument("--cpu-s", type=float, default=30.0, help="duration of each CPU measurement (>= 20)")
+    ap.add_argument("--rounds", type=int, default=8, help="A/B/C triples (>= 4)")
     ap.add_argument("--round-s", type=float, default=8.0)
-    ap.add_argument("--keep", action="store_true", help="keep the test file")
+    ap.add_argument("--old-rev", default="c7e78c0", help="git revision whose sampler.c is the old (v1) mode")
+    ap.add_argument("--keep", action="store_true", help="keep the test files")
     a = ap.parse_args()
 
     r = subprocess.run(["make", "-C", str(NATIVE)], capture_output=True, text=True)
@@ -213,126 +354,38 @@ def main() -> int:
     reader = work / "reader"
     (work / "reader.c").write_text(READER_C)
     run(["cc", "-O2", "-Wall", "-pthread", "-o", str(reader), str(work / "reader.c")])
-
-    size = int(a.size_gib * 2**30)
-    created = False
-    if not a.file.exists() or a.file.stat().st_size != size:
-        print(f"writing {size / 2**30:.1f} GiB test file {a.file} ...", flush=True)
-        with open(a.file, "wb") as f:
-            chunk = os.urandom(16 << 20)
-            for i in range(size // len(chunk)):
-                f.write(chunk[:8] + i.to_bytes(8, "little") + chunk[16:])
-            f.flush()
-            os.fsync(f.fileno())
-        created = True
+    old = build_old(a.old_rev, work)
+    small = (work / "fault.bin", work / "pread.bin")
+    created = make_file(a.file, int(a.size_gib * 2**30))
+    for f in small:
+        make_file(f, 64 << 20)
     dev = block_device_of(a.file)
     desc = machine_description(dev)
     print(desc, flush=True)
-
-    def drop():
-        run([str(BIN / "cachectl"), "drop", str(a.file)])
-
-    tck = os.sysconf("SC_CLK_TCK")
-    results: dict = {}
     try:
-        # ---- 1. sampler CPU
-        drop()
+        wl = Workload(small, a.cpu_s + 5, work / "truth.json")
+        time.sleep(1)
+        cpu_workload = cpu_side_by_side(wl.pid, a, old, work, "workload", dev)
+        wl.finish()
+        run([str(BIN / "cachectl"), "drop", str(a.file)])
         rd = Reader(reader, a.file, a.threads, a.block_kib * 1024, a.cpu_s + 5)
         rd.go()
         time.sleep(1)
-        st = Sampler(["threads", str(rd.pid), "--period-ms", str(a.period_ms)], work / "cpu-threads.txt")
-        sb = Sampler(["block", dev, "--period-ms", "10"], work / "cpu-block.txt")
-        c0 = {s: proc_cpu(s.p.pid) for s in (st, sb)}
-        t0 = time.monotonic()
-        time.sleep(a.cpu_s)
-        c1 = {s: proc_cpu(s.p.pid) for s in (st, sb)}
-        wall = time.monotonic() - t0
-        for name, s in (("threads", st), ("block", sb)):
-            ticks = c1[s][0] - c0[s][0]
-            ns = c1[s][1] - c0[s][1]
-            info = s.stop()
-            results[name] = {
-                "ticks_pct": 100.0 * ticks / tck / wall,
-                "sched_pct": 100.0 * ns / 1e9 / wall if c0[s][1] >= 0 else float("nan"),
-                "wall_s": wall,
-                **info,
-            }
-        nthreads = len(os.listdir(f"/proc/{rd.pid}/task"))
-        results["cpu_reader_mbps"] = rd.result_mbps()
-
-        # ---- 2. throughput A/B, interleaved
-        a_mbps, b_mbps, b_cpu, background = [], [], [], []
-        for i in range(a.rounds):
-            for variant in ("A", "B"):
-                drop()
-                rd = Reader(reader, a.file, a.threads, a.block_kib * 1024, a.round_s)
-                s = None
-                if variant == "B":
-                    s = Sampler(["threads", str(rd.pid), "--period-ms", str(a.period_ms)], work / f"ab-{i}.txt")
-                    c_start = proc_cpu(s.p.pid)
-                    t_start = time.monotonic()
-                sys0 = system_busy_ticks()
-                rd_cpu0 = proc_cpu(rd.pid)[0]
-                rd.go()
-                time.sleep(max(0.0, a.round_s - 0.3))  # measure CPU while the reader still runs
-                rd_cpu1 = proc_cpu(rd.pid)[0]
-                sys1 = system_busy_ticks()
-                own = rd_cpu1 - rd_cpu0
-                if s:
-                    c_end = proc_cpu(s.p.pid)
-                    own += c_end[0] - c_start[0]
-                    b_cpu.append(100.0 * (c_end[1] - c_start[1]) / 1e9 / (time.monotonic() - t_start))
-                background.append((sys1[0] - sys0[0] - own) / tck / (a.round_s - 0.3))
-                mbps = rd.result_mbps()
-                if s:
-                    s.stop()
-                (a_mbps if variant == "A" else b_mbps).append(mbps)
-                print(f"round {i + 1} {variant}: {mbps:8.1f} MB/s  (other load {background[-1]:.2f} cores)", flush=True)
+        cpu_reader = cpu_side_by_side(rd.pid, a, old, work, "reader", None)
+        rd.result_mbps()
+        mbps = throughput_rounds(a, reader, old, work)
     finally:
         if created and not a.keep:
             a.file.unlink(missing_ok=True)
-        for f in work.iterdir():
-            f.unlink()
-        work.rmdir()
-
-    ma, sa = mean_sd(a_mbps)
-    mb, sb_ = mean_sd(b_mbps)
-    diffs = [100.0 * (b - x) / x for x, b in zip(a_mbps, b_mbps, strict=True)]
-    md, sd_d = mean_sd(diffs)
-    t, b = results["threads"], results["block"]
+        shutil.rmtree(work, ignore_errors=True)
     print()
     print(desc)
-    print(
-        f"reader: {a.threads} threads, {a.block_kib} KiB pread at random offsets + FADV_DONTNEED, "
-        f"{size / 2**30:.1f} GiB file; sampled process had {nthreads} threads"
-    )
-    print()
-    print("| measurement | value |")
-    print("|---|---|")
-    print(
-        f"| sampler threads, {a.period_ms} ms, CPU % of one core ({t['wall_s']:.0f} s) | "
-        f"{t['sched_pct']:.2f} (schedstat), {t['ticks_pct']:.2f} (utime+stime) |"
-    )
-    print(f"| sampler threads samples / overruns | {t.get('samples')} / {t.get('overruns')} |")
-    if t.get("samples"):
-        per = t["sched_pct"] / 100.0 * t["wall_s"] / (t["samples"] * nthreads) * 1e6
-        print(f"| sampler threads CPU per thread per sample | {per:.2f} µs |")
-    print(
-        f"| sampler block, 10 ms, CPU % of one core | {b['sched_pct']:.3f} (schedstat), "
-        f"{b['ticks_pct']:.3f} (utime+stime) |"
-    )
-    print(f"| sampler threads CPU % during B rounds | {statistics.mean(b_cpu):.2f} |")
-    print(
-        f"| CPU load from other processes during the A/B rounds | {statistics.mean(background):.2f} cores "
-        f"(max {max(background):.2f}) of {os.cpu_count()} |"
-    )
-    print(f"| reader MB/s without sampler (A, n={len(a_mbps)}) | {ma:.1f} ± {sa:.1f} |")
-    print(f"| reader MB/s with sampler (B, n={len(b_mbps)}) | {mb:.1f} ± {sb_:.1f} |")
-    print(f"| change of means (B vs A) | {100.0 * (mb - ma) / ma:+.2f} % |")
-    print(
-        f"| paired change per round (B vs preceding A) | {md:+.2f} ± {sd_d:.2f} % "
-        f"(standard error {sd_d / len(diffs) ** 0.5:.2f} %) |"
-    )
+    print(f"old mode: {'v1 sampler from git ' + a.old_rev if old else 'new sampler --stat-ms 0 --wchan (no git)'}")
+    print_cpu("Sampler CPU beside each other, attached to the validation workload (16 threads + main):", cpu_workload,
+              a.period_ms)
+    print_cpu(f"... attached to the cold-file reader ({a.threads} threads + main, {a.block_kib} KiB pread at random "
+              "offsets + FADV_DONTNEED):", cpu_reader, a.period_ms)
+    print_throughput(mbps)
     return 0
 
 

@@ -129,6 +129,19 @@ def _version(binary):
     return proc.stdout.strip()
 
 
+def find_binary(bld, target):
+    """Where cmake put ``target``: ``bin/`` (llama.cpp's output directory), else the directory of its CMakeLists
+    (an engine that embeds llama.cpp as a subproject, e.g. BigMoeOnEdge's cli/bmoe-cli)."""
+    binary = os.path.join(bld, "bin", target)
+    if os.path.isfile(binary):
+        return binary
+    for dirpath, dirnames, filenames in os.walk(bld):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(("CMakeFiles", "third_party")))
+        if target in filenames and os.access(os.path.join(dirpath, target), os.X_OK):
+            return os.path.join(dirpath, target)
+    return binary
+
+
 def load_cached(key_dir, targets):
     """The record of a complete build whose binaries are all there and unchanged, else None."""
     if not os.path.isfile(os.path.join(key_dir, "DONE")):
@@ -209,7 +222,7 @@ def _build(tree, identity, commit, flags, patches, compiler, key, key_dir, targe
         raise EngineBuildError("llama.cpp build of %s failed; log: %s" % (", ".join(targets), logf))
     binaries = {}
     for target in targets:
-        binary = os.path.join(bld, "bin", target)
+        binary = find_binary(bld, target)
         if not os.path.isfile(binary):
             raise EngineBuildError("llama.cpp build finished but %s is missing; log: %s" % (binary, logf))
         binaries[target] = binary

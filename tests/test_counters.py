@@ -123,12 +123,13 @@ def test_counters_match_the_truth_of_blocking_threads(native: Path, cold_files: 
             assert_common(role, fractions, shares)
             blocked = fractions["fault_ns"] + fractions["pread_ns"] + fractions["sleep_ns"]
             assert_blocked_matches("other_sleep" if role == "sleep" else "io_wait", blocked, shares)
-    (pread, _), = [(s, t) for t, s in roles["pread"]]
-    # at least half the time it was off CPU (the rest of the wall time is its run and the wait for a CPU, which
-    # depend on what else the machine runs), and no less than 30 % of the wall time
-    assert pread["io_wait"] >= 0.5 * (1 - pread["run"] - pread["runqueue"]) and pread["io_wait"] >= 0.3, pread
-    (fault, _), = [(s, t) for t, s in roles["fault"]]
-    assert fault["io_wait"] >= 0.5 * (1 - fault["run"] - fault["runqueue"]) and fault["io_wait"] >= 0.3, fault
+    # the readers sleep in I/O for most of the time they are neither running nor waiting for a CPU, and for at least
+    # half of what their own clock saw blocked net of that wait -- shares of their own time, whatever else the
+    # machine runs (a fixed floor such as 30 % of the wall time failed beside CPU burners: runqueue 48 %)
+    for role, measured in (("pread", "pread_ns"), ("fault", "fault_ns")):
+        (truth, shares), = roles[role]
+        assert shares["io_wait"] >= 0.5 * (1 - shares["run"] - shares["runqueue"]), (role, shares)
+        assert shares["io_wait"] >= 0.5 * (truth[measured] - shares["runqueue"]) > 0, (role, truth, shares)
     (sleep, _), = [(s, t) for t, s in roles["sleep"]]
     assert sleep["io_wait"] < 0.02 and sleep["other_sleep"] >= 0.5, sleep
 

@@ -92,6 +92,10 @@ def test_collectors_fill_their_tables(rs) -> None:  # noqa: ANN001
     assert set(threads["state"]) & {"R", "D", "S"}
     fio_threads = threads[threads["run_id"].str.contains("fio")]
     assert (fio_threads["comm"] == "fio").any()
+    # the sampler's wait classes: the cold read step waits in pread (read_io); fio's main process (its jobs are
+    # processes of their own) waits for them in its sleep loop (idle)
+    reader_threads = threads[threads["run_id"].str.contains("read-cold")]
+    assert (reader_threads["class"] == "read_io").any() and (fio_threads["class"] == "idle").any()
     facts = rs.table("facts")
     assert {"kernel", "mem_total_bytes", "block_device"} <= set(facts["key"])
 

@@ -109,10 +109,12 @@ def _sampled(runs: pd.DataFrame, period_ns: int, make: Columns) -> pd.DataFrame:
 def _threads(runs: pd.DataFrame) -> pd.DataFrame:
     def states(run: pd.Series, t: np.ndarray) -> dict[str, Any]:
         i = np.arange(len(t))
-        return {"state": np.where(i % 3 == 0, "R", np.where(i % 3 == 1, "D", "S")), "tid": 100, "pid": 100}
+        state = np.where(i % 3 == 0, "R", np.where(i % 3 == 1, "D", "S"))
+        wait = np.where(state == "R", None, np.where(state == "D", "fault_io", np.where(i % 2, "futex", "idle")))
+        return {"state": state, "tid": 100, "pid": 100, "class": wait}  # class: the sampler's v2 wait class
 
     one = _sampled(runs, 100_000_000, states)
-    other = one.assign(tid=101, state="S")
+    other = one.assign(tid=101, state="-", **{"class": "futex"})
     return pd.concat([one, other], ignore_index=True)
 
 

@@ -382,7 +382,7 @@ def test_block_on_real_device(native: Path, big_file: Path, disk_dir: Path, tmp_
     t_end = time.monotonic_ns()
 
     header, recs, trailer = read_output(out)
-    assert header == f"# harness-sampler v1 mode=block dev={dev} period_ms=10 clock=monotonic"
+    assert header == f"# harness-sampler v2 mode=block dev={dev} period_ms=10 clock=monotonic"
     t_stop, samples, overruns = _stop_line(trailer)
     assert samples == len(recs)
     rows = [r.split(" ") for r in recs]
@@ -421,7 +421,7 @@ def test_block_fake_tree_old_11_field_layout_follows_updates(native: Path, tmp_p
     assert stop(p, signal.SIGINT) == 0
 
     header, recs, trailer = read_output(out)
-    assert header == "# harness-sampler v1 mode=block dev=mmcblk0 period_ms=20 clock=monotonic"
+    assert header == "# harness-sampler v2 mode=block dev=mmcblk0 period_ms=20 clock=monotonic"
     _, samples, _ = _stop_line(trailer)
     assert samples == len(recs) >= 6
     fields = [r.split(" ", 1)[1] for r in recs]
@@ -504,7 +504,7 @@ def test_sampler_writes_to_stdout_by_default(native: Path, tmp_path: Path):
         text=True,
     )
     header = p.stdout.readline()  # the header is flushed at once
-    assert header == "# harness-sampler v1 mode=block dev=sda period_ms=10 clock=monotonic\n"
+    assert header == "# harness-sampler v2 mode=block dev=sda period_ms=10 clock=monotonic\n"
     wait_samples(p, 5)
     p.send_signal(signal.SIGTERM)
     rest, _ = p.communicate(timeout=10)
@@ -564,15 +564,16 @@ def _spinner_ticks(child: subprocess.Popen) -> int:
 
 
 def parse_threads(recs: list[str]) -> list[dict]:
+    """v2 records; majflt, ut and st None where the sample did not read stat."""
     rows = []
     for r in recs:
         f = r.split("\t")
-        assert len(f) == 8, r
-        t, tid, state, majflt, ut, st, comm, wchan = f
+        assert len(f) == 10, r
+        t, tid, state, majflt, ut, st, comm, wchan, cls, nr = f
+        number = lambda v: None if v == "" else int(v)  # noqa: E731
         rows.append(
-            dict(
-                t=int(t), tid=int(tid), state=state, majflt=int(majflt), ut=int(ut), st=int(st), comm=comm, wchan=wchan
-            )
+            dict(t=int(t), tid=int(tid), state=state, majflt=number(majflt), ut=number(ut), st=number(st), comm=comm,
+                 wchan=wchan, cls=cls, nr=number(nr))
         )
     return rows
 
@@ -582,14 +583,15 @@ def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
     out = tmp_path / "threads.txt"
     try:
         t0 = time.monotonic_ns()
-        p = start_sampler(native, out, "threads", child.pid)
-        wait_samples(p, 2, reads_per_sample=10)  # five threads: at most a stat and a wchan read each
+        # stat and wchan of every thread every sample (v1's reads), and syscall for those not running
+        p = start_sampler(native, out, "threads", child.pid, "--stat-ms", "0", "--wchan")
+        wait_samples(p, 2, reads_per_sample=15)  # five threads: at most a stat, a syscall and a wchan read each
         # the spinner burns CPU while it is sampled: wait until it has used 20 more ticks than any sample so far saw,
         # then for samples that see it
         burned = _spinner_ticks(child) + 20
         wait_for("the spinning thread to use 20 more clock ticks of CPU", lambda: _spinner_ticks(child) >= burned,
                  timeout=120)
-        wait_samples(p, 2, reads_per_sample=10)
+        wait_samples(p, 2, reads_per_sample=15)
         # the child exits by itself and is NOT reaped yet (a zombie): the sampler must still notice and stop
         child.stdin.close()
         rc = p.wait(timeout=60)
@@ -605,7 +607,8 @@ def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
     tck = os.sysconf("SC_CLK_TCK")
     assert (
         header
-        == f"# harness-sampler v1 mode=threads pid={child.pid} period_ms=5 clock_ticks_per_s={tck} clock=monotonic"
+        == f"# harness-sampler v2 mode=threads pid={child.pid} period_ms=5 clock_ticks_per_s={tck} stat_every=1 "
+        f"wchan=1 arch={_arch()} clock=monotonic"
     )
     assert len(trailer) == 1 and EXIT_RE.match(trailer[0]), trailer
     assert out.read_text().splitlines()[-1] == trailer[0]  # the exit line is the last line
@@ -639,6 +642,38 @@ def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
     assert (spin[-1]["ut"] + spin[-1]["st"]) - (spin[0]["ut"] + spin[0]["st"]) >= 20  # ticks: it burned CPU
     assert all(r["state"] in "RSDZXtTIPWK" and len(r["state"]) == 1 for r in rows)
     assert all(r["majflt"] >= 0 for r in rows)
+    # wait classes: time.sleep is a clock_nanosleep (idle), Event.wait a futex; running threads have none
+    assert sum(r["cls"] == "idle" for r in sleeper) > 0.5 * len(sleeper)
+    assert all(r["cls"] in ("futex", "") for name in ("waiter1", "waiter2") for r in by_name[name])
+    assert all(r["cls"] == "" and r["nr"] is None for r in rows if r["state"] == "R")
+
+
+def _arch() -> str:
+    return {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(os.uname().machine, "other")
+
+
+def test_threads_default_reads_syscall_every_sample_and_stat_every_100_ms(native: Path, tmp_path: Path):
+    child = start_child()
+    out = tmp_path / "threads.txt"
+    try:
+        p = start_sampler(native, out, "threads", child.pid, "--period-ms", "10")
+        wait_samples(p, 25, reads_per_sample=10)  # five threads: a syscall read each, and a stat every 10th sample
+        assert stop(p) == 0
+    finally:
+        child.kill()
+        child.wait()
+    header, recs, _ = read_output(out)
+    assert " period_ms=10 " in header and " stat_every=10 wchan=0 " in header
+    rows = parse_threads(recs)
+    instants = sorted({r["t"] for r in rows})
+    full = [t for t in instants if all(r["ut"] is not None for r in rows if r["t"] == t)]
+    assert full[0] == instants[0] and 2 <= len(full) <= len(instants) // 5  # the first, then about every 10th
+    light = [r for r in rows if r["t"] not in full]
+    assert light and all(r["ut"] is None and r["majflt"] is None and r["wchan"] == "" for r in light)
+    assert {r["state"] for r in light} <= {"R", "-"}
+    assert all(r["comm"] for r in light)  # the name from the thread's last stat read
+    sleeper = [r for r in light if r["comm"] == "sleeper"]
+    assert sum(r["state"] == "-" and r["cls"] == "idle" for r in sleeper) > 0.5 * len(sleeper)
 
 
 def test_threads_sigterm_and_reaped_process(native: Path, tmp_path: Path):
@@ -707,7 +742,8 @@ def test_threads_fake_tree_parsing_churn_and_zombie_exit(native: Path, tmp_path:
     _make_task(task, 4245, _fake_stat(4245, "empty", "S", 0, 0, 0), "")
     _make_task(task, 4246, _fake_stat(4246, "runner", "R", 1, 2, 3), "schedule\n")
     out = tmp_path / "out.txt"
-    p = start_sampler(native, out, "threads", 4242, "--period-ms", "10", "--root", tmp_path)
+    # no syscall files here (as for a process without ptrace access): stat every sample, class '?'
+    p = start_sampler(native, out, "threads", 4242, "--period-ms", "10", "--root", tmp_path, "--wchan")
     wait_samples(p, 2, reads_per_sample=10)  # the first sample, of all five, is complete
     shutil.rmtree(task / "4243")  # a thread exits ...
     _make_task(task, 4250, _fake_stat(4250, "late", "S", 0, 1, 1), "futex_wait_queue\n")  # ... one starts
@@ -724,19 +760,21 @@ def test_threads_fake_tree_parsing_churn_and_zombie_exit(native: Path, tmp_path:
 
     header, recs, trailer = read_output(out)
     assert header == (
-        f"# harness-sampler v1 mode=threads pid=4242 period_ms=10 clock_ticks_per_s={os.sysconf('SC_CLK_TCK')} "
+        f"# harness-sampler v2 mode=threads pid=4242 period_ms=10 clock_ticks_per_s={os.sysconf('SC_CLK_TCK')} "
+        f"stat_every=10 wchan=1 arch={_arch()} "
         "clock=monotonic"
     )
     assert len(trailer) == 1 and EXIT_RE.match(trailer[0])
     rows = parse_threads(recs)
     first = [r for r in rows if r["t"] == rows[0]["t"]]
-    assert [(r["tid"], r["state"], r["majflt"], r["ut"], r["st"], r["comm"], r["wchan"]) for r in first] == [
-        (4242, "S", 7, 11, 22, "main", "do_epoll_wait"),
-        (4243, "D", 8, 12, 23, "we(ir)d )na me", "0"),
-        (4244, "S", 9, 13, 24, "no-wchan", "?"),
-        (4245, "S", 0, 0, 0, "empty", "0"),
-        (4246, "R", 1, 2, 3, "runner", "0"),
+    assert [(r["tid"], r["state"], r["majflt"], r["ut"], r["st"], r["comm"], r["wchan"], r["cls"]) for r in first] == [
+        (4242, "S", 7, 11, 22, "main", "do_epoll_wait", "?"),
+        (4243, "D", 8, 12, 23, "we(ir)d )na me", "0", "?"),
+        (4244, "S", 9, 13, 24, "no-wchan", "?", "?"),
+        (4245, "S", 0, 0, 0, "empty", "0", "?"),
+        (4246, "R", 1, 2, 3, "runner", "0", ""),
     ]
+    assert all(r["ut"] is not None for r in rows)  # without syscall files every sample reads stat
     ts = sorted({r["t"] for r in rows})
     tids_at = {t: [r["tid"] for r in rows if r["t"] == t] for t in ts}
     # the task directory is rescanned (after a failed read, and about every 100 ms): the churn shows up

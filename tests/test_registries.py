@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ def test_parsers_import_only_the_standard_library_and_each_other() -> None:
     graph = grimp.build_graph("harness", include_external_packages=True)
     for module in _modules(graph, "harness.parsers"):
         outside = {m for m in graph.find_modules_directly_imported_by(module) if not m.startswith("harness.parsers")}
-        assert outside <= {"__future__", "collections", "typing", "json", "re"}, (module, outside)
+        assert all(m.split(".")[0] in sys.stdlib_module_names for m in outside), (module, outside)
 
 
 def test_configuration_is_data_and_resolution_checks_the_registries(tmp_path: Path) -> None:
@@ -87,7 +88,7 @@ def test_unknown_engine_is_one_line_naming_file_line_and_known_engines(tmp_path:
     assert str(info.value) == f"{path}:7: engine.vllm: unknown engine 'vllm' (known: {', '.join(sorted(ENGINES))})"
     done = cli_in_process("plan", str(path))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "unknown engine 'vllm' (known: llama.cpp)" in done.stderr
+    assert "unknown engine 'vllm' (known: bigmoeonedge, llama.cpp)" in done.stderr
 
 
 def test_engine_defaults_come_from_the_registry(tmp_path: Path) -> None:

@@ -328,3 +328,37 @@ sleep 3
             session.close()
         for workdir in workdirs:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+BMOE_CMAKE = """cmake_minimum_required(VERSION 3.10)
+project(tiny_bmoe C)
+add_subdirectory(third_party/llama.cpp EXCLUDE_FROM_ALL)
+add_subdirectory(cli)
+"""
+
+
+def test_bigmoeonedge_builds_on_the_board_with_the_harness_llama_tree(session: TargetSession,
+                                                                     tmp_path: Path) -> None:
+    """The engine's tree (empty third_party/llama.cpp) gets the llama.cpp tree in, is pushed, built by the same
+    board builder into the same cache, and its bmoe-cli is found where cmake put it (cli/, not bin/)."""
+    from harness.config.experiment import EngineSpec
+    from harness.engines import ENGINES
+
+    llama = _tiny_tree(tmp_path / "llama")
+    engine = tmp_path / "bmoe"
+    (engine / "third_party" / "llama.cpp").mkdir(parents=True)  # the empty submodule of an archive
+    (engine / "cli").mkdir()
+    (engine / "CMakeLists.txt").write_text(BMOE_CMAKE)
+    (engine / "cli" / "CMakeLists.txt").write_text('add_executable(bmoe-cli ../third_party/llama.cpp/main.c)\n'
+                                                   'target_compile_definitions(bmoe-cli PRIVATE GREETING="bmoe" '
+                                                   'COMMIT="${LLAMA_BUILD_COMMIT}")\n')
+    spec = EngineSpec(source={"path": str(engine), "llama_path": str(llama)}, cmake=[])
+    messages: list[str] = []
+    first = ENGINES["bigmoeonedge"].build_on_target(session, spec, tmp_path, tmp_path / "sources", messages.append)
+    assert first["built"] and any("pushing the BigMoeOnEdge source" in m for m in messages)
+    assert first["binaries"]["bmoe-cli"].endswith("/build/cli/bmoe-cli")
+    assert first["versions"]["bmoe-cli"] == "version: bmoe (unknown)"
+    assert first["source"]["llama.cpp"]["from"] == "harness llama.cpp source"
+    assert first["source"]["llama.cpp"]["source"]["kind"] == "path" and first["expert_ready_hook"] is False
+    again = ENGINES["bigmoeonedge"].build_on_target(session, spec, tmp_path, tmp_path / "sources", messages.append)
+    assert not again["built"] and again["key"] == first["key"] and again["transferred_bytes"] == 0

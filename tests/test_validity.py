@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -163,8 +164,10 @@ def _burners() -> list[subprocess.Popen[bytes]]:
     def raise_priority() -> None:
         os.nice(-10)
 
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=raise_priority)
-            for _ in range(os.cpu_count() or 2)]
+    # each in a session of its own, as the step is: with autogroup scheduling (Debian's default) CPU is shared
+    # between sessions first, so burners in pytest's session would leave the step a whole CPU whatever their nice
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=raise_priority,
+                             start_new_session=True) for _ in range(os.cpu_count() or 2)]
 
 
 def _read_run(tmp_path: Path, name: str) -> dict[str, Any]:
@@ -189,10 +192,19 @@ def _read_run(tmp_path: Path, name: str) -> dict[str, Any]:
     return found
 
 
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a live process, seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.slow  # runs the runner twice for seconds, beside CPU burners
 def test_the_runner_measures_other_processes_and_its_own_tree(tmp_path: Path) -> None:
     burners = _burners()
     try:
+        started, burned0 = time.monotonic(), sum(_cpu_s(p.pid) for p in burners)
         loaded = _read_run(tmp_path, "loaded")
+        burned = (sum(_cpu_s(p.pid) for p in burners) - burned0) / (time.monotonic() - started)
     finally:
         for proc in burners:
             proc.kill()
@@ -207,10 +219,18 @@ def test_the_runner_measures_other_processes_and_its_own_tree(tmp_path: Path) ->
         step = found["rusage"]["read"]
         assert measured["own_cpu_s"] >= step["utime_s"] + step["stime_s"] - 0.02, (measured, step)
         assert measured["tasks_seen"] >= 1 and measured["run_s"] > 0
-    # the burners held the CPUs: other processes' share and the step's wait for a CPU are both larger
-    assert loaded["interference"]["foreign_cpu_pct"] > quiet["interference"]["foreign_cpu_pct"]
-    assert loaded["interference"]["runqueue_pct"] > quiet["interference"]["runqueue_pct"]
-    assert judge(loaded["interference"], ValidityLimits()).perturbed  # far beyond any default: reproducible
+    # the burners' CPU (measured here, around the run: the CPUs they held per second) is other processes' CPU to the
+    # runner, whatever else the machine runs (more load only adds to the foreign share); the step waited for a CPU.
+    # Compared with what the burners did in this run, not with a "quiet" run: on a shared machine none is quiet.
+    # Within the step the burners cannot have had more than the CPUs the run's own tree left free (the step is
+    # CPU-bound), while ``burned`` also spans the runner's start, when they had both.
+    measured = loaded["interference"]
+    ncpu, wall_s = measured["ncpu"], measured["wall_s"]
+    foreign_cpus = measured["foreign_cpu_pct"] / 100 * ncpu
+    possible = min(burned, ncpu - measured["own_cpu_s"] / wall_s)
+    assert foreign_cpus >= 0.8 * possible - measured["resolution_pct"] / 100 * ncpu, (measured, burned)
+    assert measured["runqueue_pct"] > LIMITS.max_runqueue_pct, measured
+    assert judge(measured, ValidityLimits()).perturbed  # far beyond any default: reproducible
 
 
 # ------------------------------------------------------------------------------------ tables and selection

@@ -17,6 +17,10 @@ clipped to what is left, and ``overlap_s`` says how much the counters claimed be
 accounting (``blkio_delay_ns`` missing) io_wait falls back to ``blkio_ticks`` (stat field 42, clock ticks), and a
 class whose counter the kernel did not give is None, not 0; ``available`` names the counters that were there.
 
+The threads sampler's view of the same window (:func:`sampled_shares`): the share of samples running and, off
+CPU, per wait class (sampler v2: the syscall each thread waits in), so both can stand side by side with their
+disagreement (:data:`MATCHING`).
+
 Pure: rows in (dicts or a DataFrame's records), numbers out.
 """
 
@@ -24,6 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import numpy as np
+import pandas as pd
 
 CLASSES = ("run", "runqueue", "io_wait", "thrashing", "reclaim", "other_sleep")
 DELAYS = ("blkio_delay_ns", "thrashing_delay_ns", "freepages_delay_ns", "swapin_delay_ns", "cpu_delay_ns")
@@ -97,3 +104,25 @@ def wait_shares(rows: Iterable[Mapping[str, Any]], t0: int, t1: int,
     shares = {c: None if totals.get(c) is None else totals[c] / wall for c in CLASSES}  # type: ignore[operator]
     return {**shares, "overlap_s": (totals.get("overlap") or 0.0) / 1e9, "covered_s": wall / 1e9,
             "t_first_ns": int(reads[0]["t_ns"]), "t_last_ns": int(reads[-1]["t_ns"]), "available": available}
+
+
+# --- the same window from the threads sampler's samples ---------------------------------------------------------
+
+# running: state R; then the wait classes of the samples off CPU (sampler v2); unknown: off CPU without a class
+# (v1 data, or an unreadable syscall file).
+SAMPLED = ("running", "fault_io", "read_io", "futex", "gpu", "idle", "other", "unknown")
+# What each counter class corresponds to among the sampled ones (for their disagreement).
+MATCHING = {"running": (("running",), ("run", "runqueue")),
+            "I/O": (("fault_io", "read_io"), ("io_wait", "thrashing")),
+            "other sleep": (("futex", "gpu", "idle", "other"), ("other_sleep",))}
+
+
+def sampled_shares(samples: pd.DataFrame) -> dict[str, float] | None:
+    """Per class of SAMPLED, the share of each thread's samples (columns tid, state, class) averaged over the
+    threads, as the counter shares are; None without samples."""
+    if samples.empty:
+        return None
+    off = samples["class"].fillna("unknown") if "class" in samples else pd.Series("unknown", index=samples.index)
+    label = np.where(samples["state"].to_numpy() == "R", "running", off.to_numpy())
+    shares = pd.crosstab(samples["tid"].to_numpy(), label, normalize="index").reindex(columns=SAMPLED, fill_value=0.0)
+    return {**shares.mean().to_dict(), "threads": len(shares)}

@@ -11,7 +11,7 @@ from harness.boards.transports import TRANSPORTS
 from harness.config.target import Target, read_target, select_targets, target_files
 from harness.config.validate import validate
 
-__all__ = ["load_target", "load_targets", "select_targets", "wants_lease"]
+__all__ = ["load_target", "load_targets", "select_targets", "targets_of_set", "wants_lease"]
 
 
 def load_target(path: Path) -> Target:
@@ -22,8 +22,14 @@ def load_target(path: Path) -> Target:
     if kind is None:
         raise doc.error(("transport",), f"unknown transport {target.transport_kind!r} "
                         f"(known: {', '.join(TRANSPORTS)})")
+    if target.labgrid is not None and kind.name != "ssh":
+        raise doc.error(("labgrid",), f"a labgrid place is reached over ssh, not {kind.name!r} "
+                        "(leave transport out, or give ssh: {key: ..., known_hosts: ...})")
     if kind.options is not None:
-        validate(kind.options, target.transport_options, doc, ("transport", kind.name))
+        options = target.transport_options
+        if target.labgrid is not None:  # the address and user come from the place's NetworkService
+            options = {"host": "labgrid-place", **options}
+        validate(kind.options, options, doc, ("transport", kind.name))
     return target
 
 
@@ -34,3 +40,20 @@ def load_targets(directory: Path | None = None) -> dict[str, Target]:
 def wants_lease(target: Target) -> bool:
     """``lease:`` when the target says, else what its transport declares (boards yes, this machine no)."""
     return target.lease if target.lease is not None else TRANSPORTS[target.transport_kind].lease_by_default
+
+
+def targets_of_set(entries: list[dict], inventory: dict[str, Target], *, source: str = "") -> list[Target]:
+    """A set's targets again (--resume): by name from the inventory, except places a ``labgrid:`` selector picked,
+    which are pinned to the place the set ran on (its manifest's lease record) under the same farm settings."""
+    chosen: list[Target] = []
+    for entry in entries:
+        lease = entry.get("lease") or {}
+        selector = lease.get("selector")
+        if lease.get("backend") == "labgrid" and selector and entry["name"] not in inventory:
+            (picked,) = select_targets([selector], inventory, source=source)
+            assert picked.labgrid is not None
+            ref = picked.labgrid.model_copy(update={"place": lease["place"], "coordinator": lease["coordinator"]})
+            chosen.append(picked.model_copy(update={"labgrid": ref}))
+        else:
+            chosen += select_targets([entry["name"]], inventory, source=source)
+    return chosen

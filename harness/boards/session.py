@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.boards.inventory import wants_lease
+from harness.boards.labgrid_lease import LabgridPlace, resolve_unlocked
+from harness.boards.lease_backends import BoardLockFile, Held, LeaseBackend
 from harness.boards.platforms import PLATFORMS, Platform
 from harness.boards.transports import Transport, connect
 from harness.config.target import Target
@@ -28,7 +29,7 @@ class TargetSession:
     runner_root: str  # the directory that holds the runner package on the target
     native_bin: str
     deployed: dict[str, Any] | None = None  # what harness.boards.deploy pushed and built (for the manifest)
-    lease: Any = None  # harness.boards.lease.Lease held on the board while this session lives
+    lease: Any = None  # harness.boards.lease_backends.HeldLease held while this session lives
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine name -> build record (on the board)
     models: dict[str, str] = field(default_factory=dict)  # file name -> path of a pushed synthetic model
 
@@ -49,6 +50,19 @@ class TargetSession:
             self.transport.close()
 
 
+def backend_for(target: Target) -> LeaseBackend:
+    if target.labgrid is not None:
+        return LabgridPlace()
+    return BoardLockFile()
+
+
+def reach(target: Target) -> Held:
+    """Connect without taking any lease (probe, show): a labgrid place's address is looked up, not locked."""
+    if target.labgrid is not None:
+        target = resolve_unlocked(target)
+    return Held(target, connect(target), None)
+
+
 def build_native_here() -> Path:
     """Build runner/native with make on this machine; one clear error when tools are missing."""
     missing = [tool for tool in ("make", "cc") if shutil.which(tool) is None]
@@ -63,18 +77,18 @@ def build_native_here() -> Path:
 
 
 def open_session(target: Target, *, lease_for: str | None = None, lease_wait_s: float = 0.0,
-                 on_wait: Callable[[str], None] | None = None) -> TargetSession:
-    """Connect; with ``lease_for`` (a campaign name) take the board's lease first, before anything
-    on the board changes (deploy included); then deploy the runner on remote targets."""
-    transport = connect(target)
+                 on_wait: Callable[[str], None] | None = None, reclaim: bool = False) -> TargetSession:
+    """Connect; with ``lease_for`` (a campaign name) take the board's lease first (its backend: the board's lock
+    file, or a labgrid place), before anything on the board changes (deploy included); then deploy the runner on
+    remote targets. ``reclaim`` (a --resume) takes back a lease this user's dead controller left behind."""
+    if lease_for is not None:
+        held = backend_for(target).take(target, campaign=lease_for, wait_s=lease_wait_s, on_wait=on_wait,
+                                        reclaim=reclaim)
+    else:
+        held = reach(target)
+    target, transport, lease = held.target, held.transport, held.lease
     platform = PLATFORMS[target.platform]
-    lease = None
     try:
-        if lease_for is not None and wants_lease(target):
-            from harness.boards.lease import acquire
-
-            lease = acquire(transport, target_name=target.name, python=target.python, workdir=target.workdir,
-                            campaign=lease_for, wait_s=lease_wait_s, on_wait=on_wait)
         if transport.shares_controller_files:
             # This machine runs the runner straight from this checkout: nothing to deploy.
             native_bin = build_native_here()

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.boards.inventory import load_targets, select_targets
+from harness.boards.inventory import load_targets, targets_of_set
 from harness.boards.lease import DEFAULT_WAIT_S
 from harness.campaign.orchestrator import Campaign, CampaignResult
 from harness.campaign.plan import Plan, build_plan
@@ -70,7 +70,8 @@ def confirm(set_path: Path, run_ids: Iterable[tuple[str, str]], rounds: int, *, 
     if not plan.runs:
         raise UsageError(f"{set_path}: none of the cells to confirm is in its experiment any more")
     names = sorted({run["target"] for run in entries})
-    targets = select_targets(names, load_targets(targets_dir), source=str(set_path))
+    targets = targets_of_set([t for t in manifest["targets"] if t["name"] in names], load_targets(targets_dir),
+                             source=str(set_path))  # a labgrid place picked by tags: the same place again
     campaign = Campaign(plan, targets, set_path.parent, scratch=manifest.get("scratch"), progress=progress,
                         lease_wait_s=lease_wait_s)
     result: CampaignResult | None = None

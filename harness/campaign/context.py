@@ -43,6 +43,7 @@ class CampaignContext:
     synth: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # file name -> (path, description)
     keep: set[tuple[str, str]] = field(default_factory=set)  # (target, run_id) already done in a resumed set
     resumed_running: set[tuple[str, str]] = field(default_factory=set)  # runs a dead controller left running
+    reclaim: bool = False  # --resume: take back a lease (labgrid place) this user's dead controller left locked
     retry_perturbed: int = 0  # --retry-perturbed N: a perturbed run is measured again at its round's end, N times
     # set by the main thread on Ctrl-C: every target's worker stops its runner
     interrupt: threading.Event = field(default_factory=threading.Event)

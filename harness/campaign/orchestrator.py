@@ -19,8 +19,8 @@ from typing import Any
 
 from harness.boards.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.boards.session import TargetSession
+from harness.campaign import declared, stopping
 from harness.campaign import resume as resuming
-from harness.campaign import stopping
 from harness.campaign.context import CampaignContext, Progress, QuietProgress
 from harness.campaign.plan import Plan, PlannedRun
 from harness.campaign.preflight import preflight
@@ -28,6 +28,7 @@ from harness.campaign.space import check_results_space
 from harness.campaign.target import run_target
 from harness.config.target import Target
 from harness.results.store import ResultSetWriter
+from harness.steps import STEPS
 
 __all__ = ["Campaign", "CampaignResult", "Progress", "QuietProgress", "stopping"]
 
@@ -57,6 +58,7 @@ class Campaign:
             stopping.checkpoint("preflight")
             with stopping.deferred():  # a set directory always has its manifest
                 writer = new_writer(self.ctx, self.results_dir)
+                resuming.record_leases(writer, sessions)
         except BaseException:
             for session in sessions:
                 session.close()
@@ -67,7 +69,9 @@ class Campaign:
         """Complete an incomplete set: runs that finished stay; missing, failed and interrupted ones run."""
         manifest = resuming.load(self.ctx, path)
         sessions = self._preflight()
-        return self._execute(sessions, resuming.reopen(path, manifest))
+        writer = resuming.reopen(path, manifest)
+        resuming.record_leases(writer, sessions)
+        return self._execute(sessions, writer)
 
     def _preflight(self) -> list[TargetSession]:
         return preflight(self.ctx, self.lease_wait_s)
@@ -138,6 +142,7 @@ def new_writer(ctx: CampaignContext, results_dir: Path) -> ResultSetWriter:
                            "block_device": t.block_device} for t in ctx.targets],
                  plan=[planned(t, r) for t in ctx.targets for r in ctx.plan.runs])
     writer.manifest["engines"] = {name: build.to_dict() for name, build in ctx.builds.items()}
+    writer.manifest["declared_engines"] = declared.manifest_entries(ctx)  # whole, with sha256
     writer.manifest["models"] = {name: info for name, (_path, info) in ctx.synth.items()}
     writer.manifest["matrix"] = {key: list(values) for key, values in experiment.matrix.items()}
     writer.manifest["baseline"] = experiment.baseline
@@ -149,7 +154,8 @@ def new_writer(ctx: CampaignContext, results_dir: Path) -> ResultSetWriter:
 
 def planned(target: Target, run: PlannedRun) -> dict[str, Any]:
     return {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
-            "step_label": run.cell.label, "cache": run.cache, "round": run.round, "repeat": run.repeat,
+            "step_label": run.cell.label, "engine": STEPS[run.step].engine, "cache": run.cache, "round": run.round,
+            "repeat": run.repeat,
             "params": run.params, "estimate_s": round(run.estimate_s, 1), "status": "pending"}
 
 

@@ -95,7 +95,7 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
     for step_index, item in enumerate(exp.steps):
         kind = kinds[step_index]
         raw = item[kind]
-        label = kind if kinds.count(kind) == 1 else f"{kind}{kinds[:step_index + 1].count(kind)}"
+        label = item.get("label") or (kind if kinds.count(kind) == 1 else f"{kind}{kinds[:step_index + 1].count(kind)}")
         loc = ("steps", step_index, kind)
         step = STEPS[kind]
         step_caches = caches

@@ -28,6 +28,7 @@ def preflight(ctx: CampaignContext, lease_wait_s: float) -> list[TargetSession]:
             sessions.append(open_target(ctx, target, lease_wait_s))
             check_target(ctx, sessions[-1], tools)
         prepare_remote(ctx, sessions)
+        ctx.targets = [session.target for session in sessions]  # resolved: labgrid places named, addresses known
     except BaseException:
         for session in sessions:
             session.close()
@@ -37,7 +38,8 @@ def preflight(ctx: CampaignContext, lease_wait_s: float) -> list[TargetSession]:
 
 def open_target(ctx: CampaignContext, target: Target, lease_wait_s: float) -> TargetSession:
     # the board's lease comes first: nothing on a board changes while another campaign holds it
-    session = open_session(target, lease_for=ctx.set_id, lease_wait_s=lease_wait_s, on_wait=ctx.progress.message)
+    session = open_session(target, lease_for=ctx.set_id, lease_wait_s=lease_wait_s, on_wait=ctx.progress.message,
+                           reclaim=ctx.reclaim)
     if hasattr(session.transport, "on_event"):  # remote transports report reconnects
         session.transport.on_event = ctx.progress.message
     return session
@@ -76,10 +78,13 @@ def prepare_engines_and_models(ctx: CampaignContext) -> None:
 
     The controller builds only for a target that shares its files (local); boards build their own
     (``prepare_remote``)."""
-    from harness.campaign.prepare import build_engines, engines_needed, synth_model
+    from harness.campaign.prepare import build_engines, drop_unavailable, engines_needed, synth_model
 
-    step_engines = {STEPS[run.step].engine for run in ctx.plan.runs} - {None}
+    step_engines = set().union(*(STEPS[run.step].engines_used(run.cell.config) for run in ctx.plan.runs))
     ctx.engine_specs = engines_needed(ctx.experiment, step_engines)  # type: ignore[arg-type]
+    dropped = drop_unavailable(ctx.engine_specs, ctx.progress.message)
+    if dropped:  # before the set exists: the manifest's plan and every table simply lack those runs
+        ctx.plan.runs = [run for run in ctx.plan.runs if not STEPS[run.step].engines_used(run.cell.config) & dropped]
     if ctx.engine_specs and any(kind_of(t).shares_controller_files for t in ctx.targets):
         ctx.builds = build_engines(ctx.engine_specs, ctx.plan.experiment.path.parent, ctx.progress.message)
     for name, spec in ctx.experiment.named_files().items():

@@ -32,7 +32,20 @@ Say = Callable[[str], None]
 
 def engines_needed(experiment: Experiment, step_engines: set[str]) -> dict[str, EngineSpec]:
     """Engines the steps use: as configured, with the engine's defaults where the experiment says nothing."""
-    return {name: ENGINES[name].spec(experiment.engine.get(name)) for name in sorted(step_engines)}
+    return {name: ENGINES[name].spec(experiment.engine.get(name), experiment.engine) for name in sorted(step_engines)}
+
+
+def drop_unavailable(engines: dict[str, EngineSpec], say: Say) -> set[str]:
+    """Optional engines whose source cannot be had here (no network, no archive): each said in one line, taken
+    out of ``engines`` and returned, so the campaign runs without their steps."""
+    dropped = set()
+    for name, spec in list(engines.items()):
+        reason = ENGINES[name].unavailable(spec) if spec.optional else None
+        if reason:
+            say(f"engine {name} left out (optional): {reason}; its steps do not run")
+            del engines[name]
+            dropped.add(name)
+    return dropped
 
 
 def build_engines(engines: dict[str, EngineSpec], experiment_dir: Path, say: Say) -> dict[str, Any]:
@@ -46,8 +59,13 @@ def build_engines(engines: dict[str, EngineSpec], experiment_dir: Path, say: Say
 
 def synth_key(spec: SynthSpec) -> str:
     from harness.models import synth
+    from harness.models.routing import parse_routing
 
-    identity = {"spec": spec.model_dump(), "writer": getattr(synth, "FORMAT_VERSION", 1)}
+    described = spec.model_dump()
+    described["routing"] = str(parse_routing(spec.routing))  # "zipf" and "zipf:<its default>" are one model
+    if described["routing"] == "narrow":  # the default writes the bytes it wrote before routing existed
+        del described["routing"]
+    identity = {"spec": described, "writer": getattr(synth, "FORMAT_VERSION", 1)}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -71,11 +89,12 @@ def _cached_or_made(spec: SynthSpec, path: Path, say: Say) -> tuple[Path, dict[s
             described["sha256"] = sha256_file(path)
             info_path.write_text(json.dumps(described, indent=1))
         return path, described
-    say(f"synthesizing a qwen3moe model ({spec.size or 'default size'}, {spec.quant}) into {path}")
+    say(f"synthesizing a qwen3moe model ({spec.size or 'default size'}, {spec.quant}, routing {spec.routing})"
+        f" into {path}")
     tmp = path.with_suffix(".partial")
     info = synth_moe(tmp, size_bytes=parse_size(spec.size) if spec.size is not None else None,
                      layers=spec.layers, experts=spec.experts, used=spec.used, hidden=spec.hidden, ff=spec.ff,
-                     quant=spec.quant, seed=spec.seed)
+                     quant=spec.quant, seed=spec.seed, routing=spec.routing)
     described = {k: v for k, v in info.to_dict().items() if k != "tensors"}
     described["path"] = str(path)
     described["sha256"] = sha256_file(tmp)

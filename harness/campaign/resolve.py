@@ -14,6 +14,7 @@ from harness.config.experiment import LoadedExperiment, load_experiment
 from harness.emulation.controller import check_emulation
 from harness.engines import check_engines
 from harness.steps import check_steps
+from harness.steps.declared import resolve_declared
 
 
 def resolve_experiment(loaded: LoadedExperiment) -> LoadedExperiment:
@@ -23,6 +24,7 @@ def resolve_experiment(loaded: LoadedExperiment) -> LoadedExperiment:
     check_collectors(experiment, doc)
     check_engines(experiment, doc)
     check_emulation(experiment, doc)
+    resolve_declared(experiment, doc, loaded.path)  # the run step's declared engines
     return loaded
 
 

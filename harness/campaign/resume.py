@@ -20,6 +20,7 @@ def load(ctx: CampaignContext, path: Path) -> dict[str, Any]:
     """Read the set's manifest into the campaign: its set id, its scratch, the runs to keep and to adopt."""
     manifest = json.loads((path / "manifest.json").read_text())
     ctx.set_id = manifest["set_id"]
+    ctx.reclaim = True  # a place our crashed controller still holds is taken back (labgrid's release-from)
     ctx.scratch = ctx.scratch or manifest.get("scratch")  # the original --scratch unless another is given
     ctx.keep = {(r["target"], r["run_id"]) for r in manifest["runs"] if r["status"] == "ok"}
     ctx.resumed_running = {(r["target"], r["run_id"]) for r in manifest["runs"] if r["status"] == "running"}
@@ -32,6 +33,13 @@ def reopen(path: Path, manifest: dict[str, Any]) -> ResultSetWriter:
     writer.manifest.setdefault("resumed", []).append(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     writer.save()
     return writer
+
+
+def record_leases(writer: ResultSetWriter, sessions: list[TargetSession]) -> None:
+    """Each target's lease in the manifest (labgrid: coordinator, place, tags, reservation token)."""
+    for session in sessions:
+        if session.lease is not None:
+            writer.update_target(session.target.name, lease=session.lease.record())
 
 
 def pull_finished(ctx: CampaignContext, session: TargetSession, writer: ResultSetWriter, run: PlannedRun) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from harness.boards.session import TargetSession
-from harness.campaign import files, runstate, stopping
+from harness.campaign import declared, files, runstate, stopping
 from harness.campaign.context import CampaignContext
 from harness.campaign.lifecycle import RunLifecycle
 from harness.campaign.plan import PlannedRun
@@ -28,6 +28,7 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
         paths, records = files.prepare_files(ctx, session, created)
         writer.record_files(target.name, records)
         facts = session.platform.probe(session, list(paths.values()))
+        facts.update(declared.prepare_on_target(ctx, session, paths))  # declared engines built, probed
         writer.update_target(target.name, facts=facts, deployed=session.deployed,
                              **({"engines": session.engines} if session.engines else {}))
         check_expectations(ctx, session, writer, facts, "before")
@@ -52,6 +53,8 @@ def measure(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSessio
     """One run between the board-state checks; True when it was recorded ok but perturbed."""
     if ctx.interrupt.is_set():
         raise KeyboardInterrupt
+    if session.lease is not None:
+        session.lease.check()  # the coordinator gone or the place taken: stop before this run, keep the rest
     target = session.target.name
     if (target, run.run_id) in ctx.resumed_running and pull_finished(ctx, session, writer, run):
         return False
@@ -98,7 +101,7 @@ def _planned_retry(writer: ResultSetWriter, target: str, original: PlannedRun, a
 
 
 # what a retry's manifest entry takes from its original's (the rest is what happened to the original)
-_PLANNED_KEYS = ("target", "step", "step_label", "cache", "round", "repeat", "params", "estimate_s")
+_PLANNED_KEYS = ("target", "step", "step_label", "engine", "cache", "round", "repeat", "params", "estimate_s")
 
 
 def record(writer: ResultSetWriter, target: str, run: PlannedRun, found: Iterator[dict[str, Any]]) -> None:

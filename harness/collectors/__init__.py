@@ -12,6 +12,7 @@ from __future__ import annotations
 from harness.collectors import sampler  # noqa: F401  (registers blockstat, threads)
 from harness.collectors import platform  # noqa: F401  (registers the platform collectors)
 from harness.collectors import counters  # noqa: F401  (registers counters)
+from harness.collectors import offcpu  # noqa: F401  (registers offcpu)
 # isort: on
 from harness.collectors.base import (
     COLLECTORS,

@@ -82,9 +82,11 @@ def _plain(lines: bytes) -> bool:
 
 
 def read_records(capture: Capture, start: int, names: list[str], types: dict[str, pa.DataType],
-                 delimiter: str) -> pa.Table | None:
+                 delimiter: str, empty_is_null: bool = False) -> pa.Table | None:
     """The ``delimiter``-separated records after offset ``start`` as columns ``names`` of ``types``, skipping
-    blank lines and '#' comments; None when the per-line parser must read this capture instead."""
+    blank lines and '#' comments; None when the per-line parser must read this capture instead. With
+    ``empty_is_null`` an empty field of a non-string column is null (strings stay as written); the caller checks
+    the columns that must not be empty."""
     if not _read_like_per_line(capture):
         return None
     stream = stream_of(capture)
@@ -104,7 +106,8 @@ def read_records(capture: Capture, start: int, names: list[str], types: dict[str
             read_options=pacsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES),
             parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char=False, escape_char=False,
                                              invalid_row_handler=skip_comment),
-            convert_options=pacsv.ConvertOptions(column_types=types, null_values=[], strings_can_be_null=False,
+            convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""] if empty_is_null else [],
+                                                 strings_can_be_null=False,
                                                  quoted_strings_can_be_null=False))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None  # a field that does not convert, a record of another length, or no records at all

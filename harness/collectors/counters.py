@@ -6,7 +6,7 @@ thread's time went (run, runqueue, io_wait, thrashing, reclaim, other_sleep)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -18,6 +18,8 @@ from harness.parsers.counters import counter_notes
 
 class CountersConfig(StrictModel):
     period_ms: Annotated[int, Field(ge=10, le=10_000)] = 100
+    # native: runner/native/bin/counters reads (the default; Python where it is not built); python: the old reader
+    reader: Literal["native", "python"] = "native"
 
 
 @register_collector

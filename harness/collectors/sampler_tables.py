@@ -32,15 +32,18 @@ from harness.collectors.columnar import (
 )
 from harness.parsers.base import ParseError
 from harness.parsers.blockstat import FIELD_COUNTS, FIELDS, SECTOR_BYTES, block_records, derive_intervals
-from harness.parsers.sampler import STATES, sampler_header, thread_records
+from harness.parsers.sampler import CLASSES, NO_CLASS, STATES, STATES_V2, sampler_header, thread_records
 
-_THREAD_RECORD = ("t_ns", "tid", "state", "majflt", "utime_ticks", "stime_ticks", "comm", "wchan")  # line order
-_STATE_SET = pa.array(sorted(STATES), pa.large_string())
+# line order: v1 records are the first eight, v2 adds the wait class and the syscall number
+_THREAD_RECORD = ("t_ns", "tid", "state", "majflt", "utime_ticks", "stime_ticks", "comm", "wchan", "class", "syscall")
+_STATE_SET = {"v1": pa.array(sorted(STATES), pa.large_string()), "v2": pa.array(sorted(STATES_V2), pa.large_string())}
+_CLASS_SET = pa.array([*CLASSES, *NO_CLASS], pa.large_string())
+_NO_CLASS = pa.array(list(NO_CLASS), pa.large_string())
 _NO_WCHAN = pa.array(["", "0"], pa.large_string())  # the sampler prints 0 for "no wait channel", ? for unreadable
 THREAD_SCHEMA = pa.schema([
     ("t_ns", pa.int64()), ("pid", pa.int64()), ("tid", pa.int64()), ("state", pa.large_string()),
     ("majflt", pa.int64()), ("utime_ticks", pa.int64()), ("stime_ticks", pa.int64()), ("comm", pa.large_string()),
-    ("wchan", pa.large_string()),
+    ("wchan", pa.large_string()), ("class", pa.large_string()), ("syscall", pa.int64()),
 ])
 BLOCK_SCHEMA = pa.schema([("t_ns", pa.int64()), ("device", pa.large_string())]
                          + [(name, pa.int64()) for name in (*FIELDS, "read_bytes", "write_bytes")])
@@ -50,7 +53,7 @@ INTERVAL_COLUMNS = ("dt_s", "read_bytes_per_s", "write_bytes_per_s", "avg_read_i
 
 
 def _sampler_fields(capture: Capture, mode: str) -> tuple[dict[str, str], int] | None:
-    """The header's fields and where the records start, for a capture that opens with a v1 header of
+    """The header's fields and where the records start, for a capture that opens with a v1 or v2 header of
     ``mode``; None for anything else (the per-line parser reads it, and names what is wrong)."""
     header = leading_header(capture)
     if header is None:
@@ -80,17 +83,29 @@ def _threads_by_columns(capture: Capture) -> pa.Table | None:
     except ValueError:
         return None
     majflt_known = fields.get("majflt") != "none"  # macOS (libproc) has no per-thread fault count
-    types = {name: THREAD_SCHEMA.field(name).type for name in _THREAD_RECORD}
+    version = fields["version"]
+    names = list(_THREAD_RECORD if version == "v2" else _THREAD_RECORD[:8])
+    types = {name: THREAD_SCHEMA.field(name).type for name in names}
     if not majflt_known:
         types["majflt"] = pa.large_string()  # whatever is printed there is not read, as line by line
-    records = read_records(capture, start, list(_THREAD_RECORD), types, "\t")
-    if records is None or not pc.all(pc.is_in(records["state"], _STATE_SET)).as_py():
+    # v2 leaves majflt, utime and stime empty where stat was not read: null; t_ns and tid never are
+    records = read_records(capture, start, names, types, "\t", empty_is_null=version == "v2")
+    if records is None or records["t_ns"].null_count or records["tid"].null_count \
+            or not pc.all(pc.is_in(records["state"], _STATE_SET[version])).as_py():
         return None
-    columns = {name: records[name] for name in _THREAD_RECORD}
-    columns["pid"] = constant(pid, pa.int64(), records.num_rows)
+    columns = {name: records[name] for name in names}
+    length = records.num_rows
+    columns["pid"] = constant(pid, pa.int64(), length)
     if not majflt_known:
-        columns["majflt"] = constant(None, pa.int64(), records.num_rows)
+        columns["majflt"] = constant(None, pa.int64(), length)
     columns["wchan"] = null_where_in(records["wchan"], _NO_WCHAN)
+    if version == "v2":
+        if not pc.all(pc.is_in(records["class"], _CLASS_SET)).as_py():
+            return None  # the per-line parser names the line with an unknown class
+        columns["class"] = null_where_in(records["class"], _NO_CLASS)
+    else:
+        columns["class"] = constant(None, pa.large_string(), length)
+        columns["syscall"] = constant(None, pa.int64(), length)
     return pa.table([columns[name] for name in THREAD_SCHEMA.names], schema=THREAD_SCHEMA)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.boards.inventory import load_targets, select_targets
+from harness.boards.inventory import load_targets, select_targets, targets_of_set
 from harness.boards.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.campaign.orchestrator import Campaign, CampaignResult, stopping
 from harness.campaign.plan import PlannedRun, build_plan
@@ -130,7 +130,7 @@ def _resume_inputs(name: str, results: Path, targets_dir: Path | None) -> tuple[
     original = Path(manifest["experiment"]["path"])
     same = original.exists() and hashlib.sha256(original.read_bytes()).hexdigest() == manifest["experiment"]["sha256"]
     loaded = load_resolved(original if same else path / "experiment.yaml")
-    chosen = select_targets([t["name"] for t in manifest["targets"]], load_targets(targets_dir), source=str(path))
+    chosen = targets_of_set(manifest["targets"], load_targets(targets_dir), source=str(path))
     return path, loaded, chosen
 
 

@@ -56,7 +56,13 @@ def _check(target: Target) -> tuple[str | None, str]:
     """(why the target cannot run campaigns, or None; what its toolchain lacks) in one round trip."""
     from harness.boards.transports import connect
 
+    if target.labgrid is not None and target.labgrid.place is None:
+        return None, "labgrid farm: each place is reached when a campaign reserves it"
     try:
+        if target.labgrid is not None:  # the address comes from the place's NetworkService
+            from harness.boards.labgrid_lease import resolve_unlocked
+
+            target = resolve_unlocked(target)
         transport = connect(target)
         try:
             found = transport.run(["sh", "-c", _TOOLCHAIN, "sh", target.python], timeout=30).check()
@@ -85,6 +91,10 @@ def trust(name: str = typer.Argument(..., help="target name"), targets_dir: Path
     from harness.boards.transports.ssh_trust import add_known_host, fetch_host_key
 
     (target,) = select_targets([name], load_targets(targets_dir))
+    if target.labgrid is not None:  # the address to trust is the one the place's NetworkService gives
+        from harness.boards.labgrid_lease import resolve_unlocked
+
+        target = resolve_unlocked(target)
     if not kind_of(target).has_host_key:
         raise UsageError(f"target {name}: transport {target.transport_kind} has no host key to trust")
     entry, key, known_hosts, known = fetch_host_key(target)

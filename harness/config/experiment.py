@@ -35,6 +35,9 @@ class SynthSpec(StrictModel):
     ff: Annotated[int, Field(ge=32)] | None = None
     quant: Literal["f16", "q8_0", "q4_0"] = "f16"
     seed: int = 0
+    routing: str = Field(default="narrow", pattern=r"^(narrow|uniform|zipf(:\d+(\.\d+)?)?)$",
+                         description="router choice distribution: narrow (noise), uniform, zipf (the exponent most "
+                                     "like real models') or zipf:S, e.g. zipf:1.1")
 
     @field_validator("size")
     @classmethod
@@ -73,11 +76,13 @@ class FileSpec(StrictModel):
 class EngineSpec(StrictModel):
     """How to build an engine: ``source`` (for llama.cpp {sdist: ...} | {git: URL, commit: SHA} | {path: DIR};
     none: the engine's default, filled in by ``harness.engines``), extra cmake flags, patches (paths relative
-    to the experiment file)."""
+    to the experiment file). ``optional``: when the engine's source cannot be had here (no network, no archive),
+    the campaign says so in one line and runs without the steps that use it, instead of failing."""
 
     source: dict[str, str] | None = None
     cmake: list[str] | None = None
     patches: list[str] = Field(default_factory=list)
+    optional: bool = False
 
 
 class FioPolicy(StrictModel):
@@ -95,6 +100,9 @@ class Experiment(StrictModel):
     model: str | FileSpec | None = None
     files: dict[str, FileSpec] = Field(default_factory=dict)
     engine: dict[str, EngineSpec] = Field(default_factory=dict)  # engine name -> spec (names: harness.engines)
+    # engines declared in YAML for the run step: name -> a declaration file (relative to this file) or inline
+    # (validated by harness.steps.declared.resolve_declared, with this file's lines)
+    engines: dict[str, str | dict[str, Any]] = Field(default_factory=dict)
     matrix: dict[str, list[Scalar]] = Field(default_factory=dict)
     # the cell every other cell is compared with (same session, same round); default: the first cell
     baseline: dict[str, Scalar] | None = None

@@ -8,6 +8,7 @@ under ``engine: {NAME: {source, cmake, patches}}``.
 from __future__ import annotations
 
 from harness.engines.base import ENGINES, Engine, check_engines, register_engine
+from harness.engines.bigmoeonedge import engine as _bigmoeonedge  # noqa: F401  (registers bigmoeonedge)
 from harness.engines.llamacpp import engine as _llamacpp  # noqa: F401  (registers llama.cpp)
 
 __all__ = ["ENGINES", "Engine", "check_engines", "register_engine"]

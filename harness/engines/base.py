@@ -22,8 +22,9 @@ class Engine:
     default_source: ClassVar[dict[str, str]]  # where the source comes from when the experiment says nothing
     default_flags: ClassVar[tuple[str, ...]] = ()  # build flags when the experiment gives none
 
-    def spec(self, given: EngineSpec | None) -> EngineSpec:
-        """The experiment's spec for this engine (or none), with the defaults filled in."""
+    def spec(self, given: EngineSpec | None, configured: dict[str, EngineSpec] | None = None) -> EngineSpec:
+        """The experiment's spec for this engine (or none), with the defaults filled in; ``configured`` is the
+        experiment's whole ``engine:`` block (an engine built on another's tree reads that one's source)."""
         given = given or EngineSpec()
         return given if given.source is not None else given.model_copy(update={"source": dict(self.default_source)})
 
@@ -31,6 +32,11 @@ class Engine:
         """Patches (absolute; given relative to the experiment file) and the build flags."""
         patches = [(experiment_dir / p).resolve() for p in spec.patches]
         return patches, list(spec.cmake) if spec.cmake is not None else list(self.default_flags)
+
+    def unavailable(self, spec: EngineSpec) -> str | None:
+        """Why this engine's source cannot be had on this machine (e.g. no network and no archive), or None.
+        An engine the experiment marks ``optional`` is then left out, with its steps, in one line."""
+        return None
 
     def build(self, spec: EngineSpec, experiment_dir: Path, cache_dir: Path, say: Say) -> Any:
         """Build on this machine (or take the cached build); a record with ``to_dict()``, ``key``, ``dir``,

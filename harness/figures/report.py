@@ -15,8 +15,9 @@ import pandas as pd
 from harness.analysis.stats import pearson
 from harness.figures import FIGURES, FigureContext
 from harness.figures.change import observations, ratio_table
+from harness.figures.equivalence_report import equivalence_lines
 from harness.figures.streaming import baseline_cell, cell_label, change_table, ok_requests
-from harness.figures.waits import wait_summary
+from harness.figures.waits import wait_lines
 from harness.parsers.fio import ordered_jobs
 from harness.results.cachestate import cache_label, not_cleared
 from harness.results.loader import ResultSet, load_result_set
@@ -24,6 +25,16 @@ from harness.results.selection import including_perturbed, perturbed_mask, pertu
 from harness.results.tables import BENCH, FIO, REQUESTS, RUNS
 
 MB = 1e6
+
+
+def _place_of(target: dict[str, Any]) -> str:
+    """', labgrid place orin-01 (board=orin) on host:20408' for a target locked through a labgrid coordinator."""
+    lease = target.get("lease") or {}
+    if lease.get("backend") != "labgrid":
+        return ""
+    tags = " ".join(f"{k}={v}" for k, v in sorted((lease.get("tags") or {}).items()))
+    tags = f" ({tags})" if tags else ""
+    return f", labgrid place **{lease.get('place')}**{tags} on {lease.get('coordinator')}"
 
 
 def settings_line(manifest: dict[str, Any]) -> str:
@@ -87,6 +98,9 @@ def request_summary(rs: ResultSet) -> pd.DataFrame:
         "in-flight": grouped["decode_dev_avg_inflight"].mean() if "decode_dev_avg_inflight" in data else None,
         "majflt/token": grouped["decode_majflt_per_token"].mean() if "decode_majflt_per_token" in data else None,
     })
+    if "engine_read_bytes_per_token" in data and data["engine_read_bytes_per_token"].notna().any():
+        # engines that count their own reads (bmoe): theirs beside the device's, per decoded token
+        out["engine MB/token"] = grouped["engine_read_bytes_per_token"].mean() / MB
     return out.reset_index()
 
 
@@ -240,7 +254,8 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
         facts = target.get("facts") or {}
         lines.append(f"- **{target['name']}** ({target['platform']}): {facts.get('cpu_model')}, "
                      f"{facts.get('cpu_count')} CPUs, kernel {facts.get('kernel')}, device "
-                     f"{facts.get('block_device')} (read_ahead_kb {facts.get('block_read_ahead_kb')})")
+                     f"{facts.get('block_device')} (read_ahead_kb {facts.get('block_read_ahead_kb')})"
+                     + _place_of(target))
     lines += ["", "## Runs", ""]
     if not marked.empty:
         status = marked["status"].where(~perturbed_mask(marked), "ok, perturbed")
@@ -256,17 +271,15 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
     if not requests.empty:
         points = ok_requests(runs, rs.table(REQUESTS.name), list(manifest.get("matrix") or {}))
         corr = pearson(points["decode_dev_mbps"], points["decode_tps"])
-        lines += ["", "## Requests (llama-server): decode and the device", "", _table(requests), ""]
+        lines += ["", "## Requests (llama-server, bmoe): decode and the device", "", _table(requests), ""]
         if corr:
             lines.append(f"Pearson r (decode tok/s vs device MB/s, all requests) = {corr.r:.2f}, n = {corr.n}, "
                          f"p = {corr.p:.2g}")
-    waits = wait_summary(rs, list(manifest.get("matrix") or {}))
-    if not waits.empty:
-        lines += ["", "## Where decode time goes (counters: share of wall time per class, mean over threads)", "",
-                  _table(waits)]
+    lines += wait_lines(rs, list(manifest.get("matrix") or {}))  # counters and samples side by side
     bench = bench_summary(rs)
     if not bench.empty:
         lines += ["", "## llama-bench", "", _table(bench)]
+    lines += equivalence_lines(rs)
     if not changes.empty:
         lines += ["", f"## Change vs the same-session baseline ({manifest.get('baseline') or 'first cell'})", "",
                   _table(changes.drop(columns=["is_baseline"]))]

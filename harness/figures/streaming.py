@@ -29,9 +29,10 @@ def cell_label(row: pd.Series, params: list[str]) -> str:
 
 
 def ok_requests(runs: pd.DataFrame, requests: pd.DataFrame, params: list[str]) -> pd.DataFrame:
-    if requests.empty or "decode_tps" not in requests:
-        return pd.DataFrame()
-    cols = ["run_id", "round", *[p for p in params if p in runs]]
+    if requests.empty or not {"decode_tps", "decode_dev_read_bytes_per_s"} <= set(requests):
+        return pd.DataFrame()  # an engine that reports no device bytes has no point on these figures
+    # step and step_label: another engine's requests are another cell (harness.results.variants)
+    cols = ["run_id", "round", *[c for c in ("engine", "step_label") if c in runs], *[p for p in params if p in runs]]
     ok = usable_runs(runs)[cols]
     data = requests.drop(columns=[c for c in cols[1:] if c in requests]).merge(ok, on="run_id", how="inner")
     data = data[data["decode_tps"].notna() & data["decode_dev_read_bytes_per_s"].notna()]

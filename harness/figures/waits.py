@@ -1,16 +1,18 @@
 """Where decode time goes: per run and window, the share of wall time per class (run, runqueue, io_wait, thrashing,
 reclaim, other_sleep; harness/analysis/waits.py) averaged over the step's threads, from the ``thread_counters``
-table. The windows are the decode windows of llama-server requests (first token to end) where the requests table
-has them, else the whole step (its first to its last read). report.md shows the table, per cell."""
+table; and beside it the threads sampler's shares of the same windows (running, and off CPU per wait class), with
+the disagreement of the two where they measure the same thing. The windows are the decode windows of llama-server
+requests (first token to end) where the requests table has them, else the whole step (its first to its last read
+or sample). report.md shows both tables, per cell."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis.waits import CLASSES, wait_shares
+from harness.analysis.waits import CLASSES, MATCHING, SAMPLED, sampled_shares, wait_shares
 from harness.results.loader import ResultSet
 from harness.results.selection import usable_runs
-from harness.results.tables import REQUESTS, RUNS, THREAD_COUNTERS
+from harness.results.tables import REQUESTS, RUNS, THREAD_COUNTERS, THREADS
 from harness.results.variants import variants
 
 
@@ -64,3 +66,86 @@ def wait_summary(rs: ResultSet, params: list[str]) -> pd.DataFrame:
     table.insert(1, "threads", grouped["threads"].mean())
     table["overlap s"] = grouped["overlap_s"].sum()
     return table.rename(columns={c: f"{c} %" for c in CLASSES}).reset_index()
+
+
+def sampled_window_shares(threads: pd.DataFrame, requests: pd.DataFrame, run_ids: pd.Series) -> pd.DataFrame:
+    """One row per run (of ``run_ids``) and window: each SAMPLED class's share of the threads' samples inside it,
+    averaged over the threads."""
+    out = []
+    for run_id, samples in threads[threads["run_id"].isin(run_ids)].groupby("run_id", sort=False):
+        t_ns = samples["t_ns"]
+        for label, t0, t1 in _windows(str(run_id), samples, requests):
+            shares = sampled_shares(samples[(t_ns >= t0) & (t_ns <= t1)])
+            if shares is not None:
+                out.append({"run_id": run_id, "window": label, **shares})
+    return pd.DataFrame(out)
+
+
+def sampled_summary(rs: ResultSet, params: list[str]) -> pd.DataFrame:
+    """Per cell (as :func:`wait_summary`): windows, threads, each SAMPLED class's mean share (%)."""
+    threads, runs = rs.table(THREADS.name), rs.table(RUNS.name)
+    ok = usable_runs(runs) if not runs.empty else runs
+    if threads.empty or ok.empty:
+        return pd.DataFrame()
+    shares = sampled_window_shares(threads, rs.table(REQUESTS.name), ok["run_id"])
+    if shares.empty:
+        return pd.DataFrame()
+    cells = dict(zip(ok["run_id"], variants(ok, params), strict=True))
+    steps = dict(zip(ok["run_id"], ok["step"], strict=True))
+    shares = shares.assign(cell=[f"{steps[r]} {w} · {cells[r]}" for r, w in zip(shares["run_id"], shares["window"],
+                                                                                 strict=True)])
+    grouped = shares.groupby("cell", sort=False)
+    table = grouped[list(SAMPLED)].mean() * 100
+    table.insert(0, "windows", grouped.size())
+    table.insert(1, "threads", grouped["threads"].mean())
+    return table.rename(columns={c: f"{c} %" for c in SAMPLED}).reset_index()
+
+
+def disagreement(sampled: pd.DataFrame, counters: pd.DataFrame) -> pd.DataFrame:
+    """Per cell in both: sampled minus counter share (percentage points) of each MATCHING pair of class groups."""
+    if sampled.empty or counters.empty:
+        return pd.DataFrame()
+    both = sampled.merge(counters, on="cell", suffixes=("", " (counters)"))
+    out = pd.DataFrame({"cell": both["cell"]})
+    for name, (sampled_classes, counter_classes) in MATCHING.items():
+        got = sum(both[f"{c} %"] for c in sampled_classes)
+        expected = sum(both[f"{c} %"] for c in counter_classes)
+        out[f"{name}: sampled %"] = got
+        out[f"{name}: counters %"] = expected
+        out[f"{name}: Δ pp"] = got - expected
+    return out
+
+
+def sampled_wait_lines(rs: ResultSet, params: list[str], counters: pd.DataFrame) -> list[str]:
+    """report.md's lines for the sampled shares (beside ``counters``, :func:`wait_summary`'s table) and their
+    disagreement; none without a threads table."""
+    sampled = sampled_summary(rs, params)
+    if sampled.empty:
+        return []
+    lines = ["", "### Sampled (threads collector): share of samples per class, mean over threads", "",
+             _markdown(sampled)]
+    if sampled[[f"{c} %" for c in SAMPLED[1:-1]]].sum().sum() == 0:
+        lines += ["", "No wait classes in these samples (recorded by sampler v1, which read the state only): the "
+                      "off-CPU samples are 'unknown'."]
+    compared = disagreement(sampled, counters)
+    if not compared.empty:
+        lines += ["", "### Samples vs counters (Δ = sampled − counters, percentage points; running = run + runqueue, "
+                      "I/O = io_wait + thrashing vs fault_io + read_io, other sleep = other_sleep vs futex + gpu + "
+                      "idle + other)", "", _markdown(compared)]
+    return lines
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    return table.to_markdown(index=False, floatfmt=".1f")
+
+
+def wait_lines(rs: ResultSet, params: list[str]) -> list[str]:
+    """report.md's "Where decode time goes": the counters' table, then the samples' and their disagreement; none
+    when the set has neither."""
+    counters = wait_summary(rs, params)
+    sampled = sampled_wait_lines(rs, params, counters)
+    if counters.empty and not sampled:
+        return []
+    return ["", "## Where decode time goes (share of wall time per class, mean over threads)", "",
+            "### Counters (thread_counters: schedstat, delay accounting)", "",
+            _markdown(counters) if not counters.empty else "_no thread_counters table_", *sampled]

@@ -6,7 +6,9 @@ the harness is the byte layout: routed expert tensors dominate the file, as in r
 reads a small, changing subset of a large file.
 
 Every tensor's bytes are a pure function of (seed, tensor index, expert), see ``tensor_data``; tests
-regenerate single expert slices to check the offsets reported by ``inspect_gguf``.
+regenerate single expert slices to check the offsets reported by ``inspect_gguf``. A ``routing`` other than the
+default ``narrow`` (``uniform``, ``zipf:S``) reshapes the few tensors that decide which experts the router picks,
+see ``harness.models.routing``; ``narrow`` files are byte for byte those written before routing existed.
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ from gguf.constants import GGML_QUANT_SIZES
 
 from harness.models import tokenizer as tok
 from harness.models.errors import ModelError
+from harness.models.routing import Routing, RoutingPlan, parse_routing, plan_routing
 
 ARCH = "qwen3moe"
 # Bump whenever the same arguments would write different bytes (callers key their model caches on it).
 # 2: automatic layer count capped at 32.
+# A routing other than the default "narrow" changes bytes too; callers add it to their keys (narrow keeps them).
 FORMAT_VERSION = 2
+ROUTING_KEY = "harness.synth.routing"  # GGUF metadata: the routing asked for (absent: narrow)
 QUANTS: dict[str, tuple[GGMLQuantizationType, LlamaFileType]] = {
     "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
     "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
@@ -76,6 +81,7 @@ class SynthInfo:
     vocab_size: int
     tokenizer: str
     seed: int
+    routing: str
     file_bytes: int
     expert_bytes: int             # all routed-expert tensors
     dense_bytes: int              # every other tensor
@@ -92,7 +98,7 @@ class SynthInfo:
 
 
 def _plan(*, layers: int, experts: int, hidden: int, ff: int, heads: int, kv_heads: int, head_dim: int,
-          n_vocab: int, qtype: GGMLQuantizationType) -> list[TensorSpec]:
+          n_vocab: int, qtype: GGMLQuantizationType, untied: bool = False) -> list[TensorSpec]:
     f32 = GGMLQuantizationType.F32
     specs: list[tuple[str, tuple[int, ...], GGMLQuantizationType, str]] = [
         ("token_embd.weight", (n_vocab, hidden), qtype, "normal")]
@@ -114,13 +120,17 @@ def _plan(*, layers: int, experts: int, hidden: int, ff: int, heads: int, kv_hea
             (f"{b}.ffn_down_exps.weight", (experts, hidden, ff), qtype, "normal"),
         ]
     specs.append(("output_norm.weight", (hidden,), f32, "ones"))
+    if untied:  # shaped routing: an output head of its own (see harness.models.routing)
+        specs.append(("output.weight", (n_vocab, hidden), qtype, "normal"))
     return [TensorSpec(n, s, q, i, fill) for i, (n, s, q, fill) in enumerate(specs)]
 
 
-def tensor_data(spec: TensorSpec, seed: int, expert: int | None = None) -> np.ndarray:
+def tensor_data(spec: TensorSpec, seed: int, expert: int | None = None,
+                shaping: RoutingPlan | None = None) -> np.ndarray:
     """The bytes written for ``spec`` (one expert's slice if ``expert`` is given), as a numpy array.
 
     Expert tensors are generated per expert so a 1.6 GB model never needs a float32 copy of a whole tensor.
+    ``shaping`` (a model with a routing other than narrow) rewrites the tensors that decide routing.
     """
     shape = spec.shape
     if expert is not None:
@@ -131,6 +141,8 @@ def tensor_data(spec: TensorSpec, seed: int, expert: int | None = None) -> np.nd
         rng = np.random.default_rng([seed, spec.index, 0 if expert is None else expert + 1])
         # 1/sqrt(fan_in) keeps activations O(1) through the layers, so f16 never overflows into inf/nan.
         values = rng.standard_normal(shape, dtype=np.float32) * np.float32(1.0 / math.sqrt(shape[-1]))
+    if shaping is not None:
+        values = shaping.shape(spec.name, values)
     if spec.qtype == GGMLQuantizationType.F32:
         return values
     if spec.qtype == GGMLQuantizationType.F16:
@@ -138,28 +150,28 @@ def tensor_data(spec: TensorSpec, seed: int, expert: int | None = None) -> np.nd
     return quants.quantize(values, spec.qtype)
 
 
-def _write_tensor(w: GGUFWriter, spec: TensorSpec, seed: int) -> None:
+def _write_tensor(w: GGUFWriter, spec: TensorSpec, seed: int, shaping: RoutingPlan | None) -> None:
     if not spec.is_expert:
-        w.write_tensor_data(tensor_data(spec, seed))
+        w.write_tensor_data(tensor_data(spec, seed, shaping=shaping))
         return
-    first = tensor_data(spec, seed, 0)
+    first = tensor_data(spec, seed, 0, shaping)
     out = np.empty((spec.shape[0], *first.shape), dtype=first.dtype)
     out[0] = first
     for e in range(1, spec.shape[0]):
-        out[e] = tensor_data(spec, seed, e)
+        out[e] = tensor_data(spec, seed, e, shaping)
     w.write_tensor_data(out)
 
 
 def _layout(layers: int, ff: int, geo: dict[str, int], n_vocab: int, qtype: GGMLQuantizationType,
-            header: int) -> tuple[list[TensorSpec], int]:
-    specs = _plan(layers=layers, ff=ff, n_vocab=n_vocab, qtype=qtype, **geo)
+            header: int, untied: bool = False) -> tuple[list[TensorSpec], int]:
+    specs = _plan(layers=layers, ff=ff, n_vocab=n_vocab, qtype=qtype, untied=untied, **geo)
     data = sum(-(-t.nbytes // ALIGNMENT) * ALIGNMENT for t in specs)
     ti = sum(8 + len(t.name) + 4 + 8 * len(t.shape) + 4 + 8 for t in specs)
     return specs, header + ti + ALIGNMENT + data
 
 
 def _solve_size(target: int, layers: int | None, ff: int | None, geo: dict[str, int], n_vocab: int,
-                qtype: GGMLQuantizationType, header: int) -> tuple[int, int]:
+                qtype: GGMLQuantizationType, header: int, untied: bool = False) -> tuple[int, int]:
     """Pick (layers, ff) so the file lands within SIZE_TOLERANCE of ``target`` with experts dominating."""
     if layers is not None and ff is not None:
         raise ModelError("with a target size give at most one of layers and ff; the other is chosen to fit")
@@ -167,7 +179,7 @@ def _solve_size(target: int, layers: int | None, ff: int | None, geo: dict[str, 
     bpw = GGML_QUANT_SIZES[qtype][1] / GGML_QUANT_SIZES[qtype][0]
 
     def total(n_layers: int, n_ff: int) -> int:
-        return _layout(n_layers, n_ff, geo, n_vocab, qtype, header)[1]
+        return _layout(n_layers, n_ff, geo, n_vocab, qtype, header, untied)[1]
 
     if ff is not None:
         per_layer = total(2, ff) - total(1, ff)
@@ -210,13 +222,17 @@ def _geometry(experts: int, hidden: int) -> dict[str, int]:
 
 
 def _add_metadata(w: GGUFWriter, geo: dict[str, int], *, layers: int, ff: int, used: int, quant: str, seed: int,
-                  tokenizer: Any, context_length: int) -> None:
-    """The architecture keys, the description (every parameter) and the tokenizer."""
+                  tokenizer: Any, context_length: int, routing: Routing) -> None:
+    """The architecture keys, the description (every parameter), the routing if shaped, and the tokenizer."""
     qtype, ftype = QUANTS[quant]
     params = {"layers": layers, "experts": geo["experts"], "used": used, "hidden": geo["hidden"], "ff": ff,
               "quant": quant, "seed": seed, "tokenizer": tokenizer.source}
+    if routing.shaped:  # narrow writes no key, so its files stay byte-identical to those written before routing
+        params["routing"] = str(routing)
     w.add_name("harness synthetic qwen3moe")
     w.add_description("harness synth_moe " + json.dumps(params, sort_keys=True))
+    if routing.shaped:
+        w.add_string(ROUTING_KEY, str(routing))
     w.add_file_type(int(ftype))
     if qtype != GGMLQuantizationType.F16:
         w.add_quantization_version(2)
@@ -236,7 +252,8 @@ def _add_metadata(w: GGUFWriter, geo: dict[str, int], *, layers: int, ff: int, u
         w.add_key_value(key, kv.value, kv.vtype, kv.sub_type)
 
 
-def _write_gguf(out: Path, specs: list[TensorSpec], seed: int, add_metadata: Callable[[GGUFWriter], None]) -> None:
+def _write_gguf(out: Path, specs: list[TensorSpec], seed: int, add_metadata: Callable[[GGUFWriter], None],
+                shaping: RoutingPlan | None = None) -> None:
     """Metadata, tensor infos, then the tensors one at a time; the file appears under ``out`` only when whole."""
     out.parent.mkdir(parents=True, exist_ok=True)
     # never leave a half-written file under the real name
@@ -250,13 +267,26 @@ def _write_gguf(out: Path, specs: list[TensorSpec], seed: int, add_metadata: Cal
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         for s in specs:  # one tensor in memory at a time
-            _write_tensor(w, s, seed)
+            _write_tensor(w, s, seed, shaping)
         w.close()
         os.replace(tmp, out)
     except BaseException:
         w.close()
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _shaping(routing: Routing, tokenizer: Any, *, seed: int, layers: int, experts: int, used: int, hidden: int,
+             qtype: GGMLQuantizationType) -> RoutingPlan | None:
+    """The routing plan of a shaped model (None for narrow), walking only the tokenizer's normal tokens."""
+    if not routing.shaped:
+        return None
+    types = tokenizer.kv.get("tokenizer.ggml.token_type")
+    eos = tokenizer.kv.get("tokenizer.ggml.eos_token_id")
+    return plan_routing(routing, seed=seed, layers=layers, experts=experts, used=used, hidden=hidden,
+                        n_vocab=tokenizer.n_vocab, qtype=qtype,
+                        token_types=None if types is None else list(types.value),
+                        eos=None if eos is None else int(eos.value))
 
 
 def synth_moe(
@@ -272,15 +302,18 @@ def synth_moe(
     vocab: int | Path = 512,
     seed: int = 0,
     context_length: int = 4096,
+    routing: str | Routing = "narrow",
 ) -> SynthInfo:
     """Write a random-weight qwen3moe GGUF to ``out`` and describe it.
 
     Without ``size_bytes`` the defaults are 4 layers and ff = 512. With it, whichever of ``layers``/``ff`` is
     not given is chosen so the file is within 5 % of the target. ``vocab`` is a token count for a generated
-    byte-level BPE, or the path of a vocab-only GGUF whose tokenizer is copied.
+    byte-level BPE, or the path of a vocab-only GGUF whose tokenizer is copied. ``routing`` is ``narrow``
+    (noise, the original writer), ``uniform`` or ``zipf:S`` (see harness.models.routing).
     """
     t0 = time.monotonic()
     out = Path(out)
+    routing = routing if isinstance(routing, Routing) else parse_routing(routing)
     qtype, _ = _checked_quant(quant, used, experts, hidden, ff)
     geo = _geometry(experts, hidden)
     tokenizer = tok.from_gguf(Path(vocab)) if isinstance(vocab, (str, Path)) else tok.generated(vocab)
@@ -288,21 +321,24 @@ def synth_moe(
     header = 24 + tokenizer.header_bytes() + 1024  # + architecture keys and description
     target = int(size_bytes) if size_bytes is not None else None
     if target is not None:
-        layers, ff = _solve_size(target, layers, ff, geo, n_vocab, qtype, header)
+        layers, ff = _solve_size(target, layers, ff, geo, n_vocab, qtype, header, routing.shaped)
     layers = 4 if layers is None else layers
     ff = 512 if ff is None else ff
     if layers < 1:
         raise ModelError(f"layers must be >= 1, got {layers}")
-    specs = _plan(layers=layers, ff=ff, n_vocab=n_vocab, qtype=qtype, **geo)
+    specs = _plan(layers=layers, ff=ff, n_vocab=n_vocab, qtype=qtype, untied=routing.shaped, **geo)
+    shaping = _shaping(routing, tokenizer, seed=seed, layers=layers, experts=experts, used=used, hidden=hidden,
+                       qtype=qtype)
     _write_gguf(out, specs, seed, lambda w: _add_metadata(w, geo, layers=layers, ff=ff, used=used, quant=quant,
                                                           seed=seed, tokenizer=tokenizer,
-                                                          context_length=context_length))
+                                                          context_length=context_length, routing=routing),
+                shaping)
     expert = sum(s.nbytes for s in specs if s.is_expert)
     return SynthInfo(
         path=str(out), architecture=ARCH, quant=quant, layers=layers, experts=experts, used=used,
         hidden=hidden, ff=ff, heads=geo["heads"], kv_heads=geo["kv_heads"], head_dim=geo["head_dim"],
         vocab_size=n_vocab, tokenizer=tokenizer.source,
-        seed=seed, file_bytes=out.stat().st_size, expert_bytes=expert,
+        seed=seed, routing=str(routing), file_bytes=out.stat().st_size, expert_bytes=expert,
         dense_bytes=sum(s.nbytes for s in specs) - expert, expert_bytes_per_token=expert * used // experts,
         target_bytes=target, seconds=round(time.monotonic() - t0, 2), tensors=specs,
     )

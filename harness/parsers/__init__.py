@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from harness.parsers import (  # noqa: F401  (each registers its parsers)
     blockstat,
+    bmoe,
+    bmoe_route,
     counters,
     fio,
     getprop,
@@ -22,6 +24,7 @@ from harness.parsers import (  # noqa: F401  (each registers its parsers)
     macos,
     membw,
     nvpmodel,
+    offcpu,
     sampler,
     snapshots,
     tegrastats,

@@ -2,16 +2,28 @@
 
 ::
 
-    # harness-sampler v1 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 clock=monotonic
-    <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>
+    # harness-sampler v2 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
+      clock=monotonic                                                              (one line)
+    <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
     # exit t_ns=...
     # stop t_ns=... samples=... overruns=...
 
+v2 reads ``/proc/.../syscall`` of every thread every sample and ``stat`` every ``stat_every`` samples (runner/native/
+sampler.c says why). So in v2: ``state`` is ``R`` (running or runnable), the stat letter where stat was read, or
+``-`` (off CPU, D or S not read); majflt/utime/stime are empty (None) where stat was not read; ``comm`` is the
+name at the thread's last stat read; ``wchan`` is empty unless the header says ``wchan=1``; ``class`` is the wait
+class of a thread off CPU (:data:`CLASSES`; empty for a running thread, ``?`` where syscall was unreadable: both
+None) and ``syscall`` its syscall number for the header's ``arch`` (-1: not in a syscall, i.e. a page fault).
+
+v1 (older raw data): the first eight fields, stat and wchan of every thread every sample; its rows have class and
+syscall None.
+
 TABs separate the fields because ``comm`` may contain spaces. The macOS build (libproc) writes the same
-lines; its header adds ``source=libproc majflt=none`` (no per-thread fault count there: majflt is None).
+lines; its header adds ``source=libproc majflt=none class=none`` (no per-thread fault count there: majflt is None;
+no syscall: class None).
 
 The header comes first and names the format's version: output of another version (a sampler built from other
-sources) or without the header is refused, never read as v1.
+sources) or without the header is refused, never read as another version.
 
 An hour of 5 ms samples of 16 threads is 11.5 M lines: ingest reads them column-wise
 (``harness.collectors.sampler_tables``: the same rows as :func:`parse_sampler_threads`, which stays the
@@ -27,11 +39,19 @@ from typing import Any, BinaryIO
 from ._common import header_fields, iter_lines, versioned_header
 from .base import ParseError, register_parser
 
-SAMPLER_VERSION = "v1"  # the version runner/native/sampler.c writes in its header
+SAMPLER_VERSION = "v2"  # the version runner/native/sampler.c writes in its header
+READABLE_VERSIONS = ("v1", "v2")  # v1: raw data recorded before the wait classes
 HEADER = "# harness-sampler"
-RECORD_FIELDS = 8
+RECORD_FIELDS = {"v1": 8, "v2": 10}
 # /proc/PID/task/TID/stat state letters (proc(5)); 'I' (idle kernel thread) only on kernel threads.
 STATES = set("RSDZTtXxIWPK")
+STATES_V2 = STATES | {"-"}  # v2: off CPU, stat not read in that sample
+# The wait classes of a thread off CPU (v2), from its syscall: fault_io (-1: a page fault), read_io (read, pread64,
+# readv, preadv, preadv2, and the async I/O waits io_uring_enter, io_getevents, io_pgetevents; a read of a pipe,
+# socket or eventfd is idle), futex (futex, futex_waitv),
+# gpu (ioctl on a GPU device fd), idle (epoll, poll, select, nanosleep), other.
+CLASSES = ("fault_io", "read_io", "futex", "gpu", "idle", "other")
+NO_CLASS = ("", "?")  # running; syscall unreadable
 
 
 def _int(value: str, name: str, line: int) -> int:
@@ -42,8 +62,13 @@ def _int(value: str, name: str, line: int) -> int:
 
 
 def sampler_header(line: str, number: int) -> dict[str, str]:
-    """The fields of a ``# harness-sampler v1 ...`` header line; ParseError for a header of another version."""
-    return versioned_header(line, number, "sampler", SAMPLER_VERSION)
+    """The fields of a ``# harness-sampler v1|v2 ...`` header line, plus ``version``; ParseError for a header of
+    another version."""
+    words = line.split()
+    found = words[2] if len(words) > 2 else None
+    fields = versioned_header(line, number, "sampler", found if found in READABLE_VERSIONS
+                              else " or ".join(READABLE_VERSIONS))
+    return {**fields, "version": str(found)}
 
 
 def _no_header(first: str | None, number: int | None) -> ParseError:
@@ -55,10 +80,23 @@ def _no_header(first: str | None, number: int | None) -> ParseError:
                       f"first, found {first.strip()[:80]!r}", line=number)
 
 
+def _optional_int(value: str, name: str, line: int) -> int | None:
+    return None if value == "" else _int(value, name, line)
+
+
+def _v2_fields(parts: list[str], number: int) -> tuple[str | None, int | None]:
+    """(class, syscall) of a v2 record."""
+    cls, nr = parts[8], parts[9]
+    if cls not in CLASSES and cls not in NO_CLASS:
+        raise ParseError(f"unknown wait class {cls!r}", line=number)
+    return (None if cls in NO_CLASS else cls), _optional_int(nr, "syscall", number)
+
+
 def thread_records(data: bytes | BinaryIO) -> Iterator[dict[str, Any]]:
     """The rows of :func:`parse_sampler_threads`, one at a time (the lines are read lazily too)."""
     pid: int | None = None
     majflt_known = True  # macOS (source=libproc) has no per-thread fault count: its header says majflt=none
+    version = SAMPLER_VERSION
     seen_header = False
     for number, raw in enumerate(iter_lines(data), start=1):
         if not raw.strip():
@@ -75,25 +113,31 @@ def thread_records(data: bytes | BinaryIO) -> Iterator[dict[str, Any]]:
                                      line=number)
                 pid = _int(fields["pid"], "pid", number) if "pid" in fields else None
                 majflt_known = fields.get("majflt") != "none"
+                version = fields.get("version", version)
             continue  # '# exit', '# stop' and other comments are metadata
         # Only strip the newline: a trailing TAB means an empty wchan, not a missing field.
         parts = raw.rstrip("\r\n").split("\t")
-        if len(parts) != RECORD_FIELDS:
-            raise ParseError(f"expected {RECORD_FIELDS} TAB-separated fields, got {len(parts)}", line=number)
-        t_ns, tid, state, majflt, utime, stime, comm, wchan = parts
-        if state not in STATES:
+        if len(parts) != RECORD_FIELDS[version]:
+            raise ParseError(f"expected {RECORD_FIELDS[version]} TAB-separated fields, got {len(parts)}", line=number)
+        t_ns, tid, state, majflt, utime, stime, comm, wchan = parts[:8]
+        if state not in (STATES_V2 if version == "v2" else STATES):
             raise ParseError(f"unknown thread state {state!r}", line=number)
+        # v2 leaves the counters empty where stat was not read; v1 always printed them
+        number_of = _optional_int if version == "v2" else _int
+        cls, nr = _v2_fields(parts, number) if version == "v2" else (None, None)
         yield {
             "t_ns": _int(t_ns, "t_ns", number),
             "pid": pid,
             "tid": _int(tid, "tid", number),
             "state": state,
-            "majflt": _int(majflt, "majflt", number) if majflt_known else None,
-            "utime_ticks": _int(utime, "utime_ticks", number),
-            "stime_ticks": _int(stime, "stime_ticks", number),
+            "majflt": number_of(majflt, "majflt", number) if majflt_known else None,
+            "utime_ticks": number_of(utime, "utime_ticks", number),
+            "stime_ticks": number_of(stime, "stime_ticks", number),
             "comm": comm,
-            # The sampler prints 0 for "no wait channel" (always for R) and ? when unreadable.
+            # The sampler prints 0 for "no wait channel" (always for R) and ? when unreadable; v2: empty if not read.
             "wchan": None if wchan in ("", "0") else wchan,
+            "class": cls,
+            "syscall": nr,
         }
     if not seen_header:
         raise _no_header(None, None)
@@ -105,16 +149,23 @@ def parse_sampler_threads(data: bytes) -> list[dict[str, Any]]:
     return list(thread_records(data))
 
 
+def _in_io_wait(row: dict[str, Any]) -> bool:
+    """D, or (v2, where the state letter of a thread off CPU is mostly not read) an I/O wait class."""
+    return row["state"] == "D" or row.get("class") in ("fault_io", "read_io")
+
+
 def thread_state_fractions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per thread: share of its samples running (R), in uninterruptible wait (D, mostly I/O or
-    page-fault I/O) and sleeping (everything else: S, idle I, stopped T...). The three add to 100."""
+    """Per thread: share of its samples running (R), in I/O wait (D, mostly I/O or page-fault I/O; v2: or the
+    class fault_io/read_io) and sleeping (everything else: S, idle I, stopped T, '-' ...). The three add to 100."""
     counts: dict[int, dict[str, Any]] = defaultdict(lambda: {"samples": 0, "R": 0, "D": 0, "comm": None})
     for row in rows:
         entry = counts[row["tid"]]
         entry["samples"] += 1
         entry["comm"] = row["comm"]  # threads rename themselves; keep the latest name
-        if row["state"] in ("R", "D"):
-            entry[row["state"]] += 1
+        if row["state"] == "R":
+            entry["R"] += 1
+        elif _in_io_wait(row):
+            entry["D"] += 1
     out = []
     for tid in sorted(counts):
         entry = counts[tid]
@@ -132,10 +183,11 @@ def thread_state_fractions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def any_d_pct(rows: list[dict[str, Any]]) -> float | None:
-    """Share of sample instants at which at least one thread was in D; None without samples."""
+    """Share of sample instants at which at least one thread was in I/O wait (D, or v2's fault_io/read_io); None
+    without samples."""
     instants: dict[int, bool] = {}
     for row in rows:
-        instants[row["t_ns"]] = instants.get(row["t_ns"], False) or row["state"] == "D"
+        instants[row["t_ns"]] = instants.get(row["t_ns"], False) or _in_io_wait(row)
     if not instants:
         return None
     return 100.0 * sum(instants.values()) / len(instants)

@@ -38,6 +38,7 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
     """One row of the ``runs`` table: plan, status, timings, entry state, cache, device deltas."""
     row: dict[str, Any] = {k: planned[k] for k in ("run_id", "index", "target", "step", "cache", "round", "repeat")}
     row["step_label"] = planned.get("step_label", planned["step"])
+    row["engine"] = planned.get("engine")  # the engine the step ran (variant labels name any but llama.cpp's)
     row.update(planned.get("params", {}))
     row["status"] = planned.get("status", "planned")
     # the campaign's verdict on the run's interference (harness/results/validity.py); a retry names its original

@@ -59,6 +59,14 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("ios_per_token", REQUESTS, _ratio("decode_dev_read_ios", "decode_tokens"),
            ("decode_dev_read_ios", "decode_tokens"), False, "count", "I/Os/token",
            holds="device read I/Os per decoded token"),
+    # decode over an output-token window (llama-server decode_window, declared engines; InferSSD reports 129-256)
+    Metric("window_tps", REQUESTS, _column("window_tps"), ("window_tps",), True, "time", "tok/s",
+           holds="decode tokens per second over the step's decode_window tokens, one per request"),
+    # paid once per model, not per token: kept apart from decode (declared engines that report them)
+    Metric("load_ms", REQUESTS, _column("load_ms"), ("load_ms",), False, "time", "ms",
+           holds="the engine's own model load time, one per run"),
+    Metric("pack_build_ms", REQUESTS, _column("pack_build_ms"), ("pack_build_ms",), False, "time", "ms",
+           holds="the engine's own expert-pack build time (InferSSD), one per run"),
     Metric("bench_tps", BENCH, _column("avg_tps"), ("avg_tps",), True, "time", "tok/s", test="test",
            holds="llama-bench tokens per second, one per test and run"),
     Metric("fio_read_mbps", FIO, lambda f: f["read_bw_bytes_per_s"] / 1e6, ("read_bw_bytes_per_s",),

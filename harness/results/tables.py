@@ -46,8 +46,12 @@ IOSTAT = Table("iostat", "one macOS iostat sample of one disk (iostat collector)
 THREAD_COUNTERS = Table("thread_counters", "one thread of the step's process at one read of its cumulative kernel "
                                            "counters (schedstat, stat, taskstats delays), or one read of PSI "
                                            "(kind psi) (counters collector)")
+OFFCPU = Table("offcpu", "one thread of the step's process, one class key (state, syscall, device) at one "
+               "snapshot: cumulative time asleep and waiting for a CPU after wake-ups (offcpu collector)")
 RECLAIM = Table("reclaim", "what one run's window reclaimed and re-read (vmstat collector)")
+EQUIVALENCE = Table("equivalence", "one prompt decoded greedily under two sides: identical or the first "
+                                   "divergence (position, both tokens), compared as ids or text (equivalence step)")
 
 TABLES: dict[str, Table] = {table.name: table for table in (
     RUNS, FIO, READS, BLOCKSTAT, THREADS, FACTS, BENCH, BENCH_SAMPLES, REQUESTS, TOKENS, TELEMETRY, MEMORY, IOSTAT,
-    RECLAIM, THREAD_COUNTERS)}
+    RECLAIM, THREAD_COUNTERS, OFFCPU, EQUIVALENCE)}

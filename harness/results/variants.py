@@ -24,11 +24,29 @@ def _present(value: Any) -> bool:
     return type(value).__name__ not in ("NAType", "NaTType")
 
 
+# runs of these engines keep the labels they always had (sets from before the runs table named the engine too)
+UNLABELLED_ENGINES = ("llama.cpp",)
+
+
+def engine_label(values: Mapping[str, Any]) -> str | None:
+    """The step label of a run whose step ran an engine other than llama.cpp (``bmoe-cache256``; the runs table's
+    ``engine`` and ``step_label``), else None: the same cell measured by another engine, or by another configuration
+    of it, is another variant."""
+    engine = values.get("engine")
+    if not _present(engine) or engine in UNLABELLED_ENGINES:
+        return None
+    label = values.get("step_label")
+    return str(label) if _present(label) else str(engine)
+
+
 def variant_label(values: Mapping[str, Any], params: Sequence[str]) -> str:
-    """The label of one run (a runs row or a dict) for the experiment's matrix keys ``params``."""
+    """The label of one run (a runs row or a dict) for the experiment's matrix keys ``params``; runs of another
+    engine's step start with that step's label (``bmoe-cache256 read_ahead_kb=8192 threads=1 cold``)."""
+    engine = engine_label(values)
     parts = [f"{p}={values[p]}" for p in params if p in values and _present(values[p])]
     cache = values.get("cache", "")
-    return " ".join(parts + ([str(cache)] if _present(cache) and cache != "" else [])).strip()
+    return " ".join(([engine] if engine else []) + parts + ([str(cache)] if _present(cache) and cache != ""
+                                                             else [])).strip()
 
 
 def variants(runs: pd.DataFrame, params: Sequence[str]) -> pd.Series:

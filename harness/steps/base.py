@@ -8,6 +8,7 @@ the runner produced into table rows. The target side lives in ``runner/steps``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,6 +22,10 @@ class StepKind:
     Config: ClassVar[type[StrictModel]]
     required_tools: ClassVar[tuple[str, ...]] = ()  # programs the target must have for this step
     engine: ClassVar[str | None] = None  # engine build the step runs (e.g. "llama.cpp"), made before the runs
+
+    def engines_used(self, config: Any) -> set[str]:
+        """Engine builds a run of this step with ``config`` needs (a step that compares engines names several)."""
+        return {self.engine} if self.engine else set()
 
     def files_read(self, config: Any) -> list[str]:
         """Named files (keys of the experiment's files) whose cache state the run controls."""
@@ -50,9 +55,11 @@ def register_step(cls: type[StepKind]) -> type[StepKind]:
 
 
 # Keys a step item may carry beside its kind: which matrix keys it varies over (the others stay at
-# the baseline cell's values) and a cache condition of its own.
-STEP_ITEM_KEYS = {"over", "cache"}
+# the baseline cell's values), a cache condition of its own, and a label (run ids, the runs table's step_label,
+# variant labels of other engines' runs: two configurations of one step told apart by name).
+STEP_ITEM_KEYS = {"over", "cache", "label"}
 _CACHES = ("cold", "warm", "both", "none")
+_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,39}")
 
 
 def step_kind(item: dict[str, Any]) -> str:
@@ -78,3 +85,9 @@ def check_steps(experiment: Any, doc: Any) -> None:
             raise doc.error(loc + ("over",), f"expected a list of matrix keys (have: {', '.join(experiment.matrix)})")
         if item.get("cache", "both") not in _CACHES:
             raise doc.error(loc + ("cache",), f"expected one of {', '.join(_CACHES)}")
+        label = item.get("label")
+        if label is not None and (not isinstance(label, str) or not _LABEL.fullmatch(label)):
+            raise doc.error(loc + ("label",), "expected a short name of letters, digits and '-' (e.g. bmoe-cache256)")
+        labels = [other.get("label") for other in experiment.steps if isinstance(other, dict)]
+        if label is not None and labels.count(label) > 1:
+            raise doc.error(loc + ("label",), f"label {label!r} is used by another step")

@@ -14,6 +14,7 @@ import sys
 from runner import sysroot
 from runner.collectors.base import KINDS
 from runner.collectors.jetson_stats import jtop_reason
+from runner.collectors.offcpu import unavailable_reason as offcpu_reason
 
 
 def _can_sudo():
@@ -58,6 +59,7 @@ def blockstat_reason():
 def availability():
     out = {kind: unavailable_reason(kind) for kind in KINDS}
     out["blockstat"] = blockstat_reason()  # started by runner.collectors.run, but refused by the same preflight
+    out["offcpu"] = offcpu_reason()  # likewise (bpftrace, root, tracefs)
     return out
 
 

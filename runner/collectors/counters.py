@@ -28,10 +28,17 @@ delayacct=on delayacct_switched=yes psi=system
     # stop t_ns=... reads=... overruns=... cpu_s=...
 
 ``-`` marks a value the kernel did not give. Files are kept open and re-read with pread (a /proc read is a few
-microseconds then): a read of 16 threads costs well under a millisecond (bench/counters_overhead.py).
+microseconds then).
+
+Two readers write the same lines: ``native`` (the default where runner/native/bin/counters is built: the periodic
+reads in C, taskstats included; this module writes the header and the ``# stop`` line) and ``python`` (this
+module's own thread; the fallback, and the old mode bench/counters_overhead.py compares against). The header says
+which (``reader=``).
 """
 
 import os
+import signal
+import subprocess
 import threading
 import time
 
@@ -119,10 +126,10 @@ class Counters:
     """Reads the counters of the step's main process on its own thread; ``start_global`` at the run's start,
     ``follow(pid)`` when the step spawns, ``stop`` at the end."""
 
-    def __init__(self, period_ms, out_path):
+    def __init__(self, period_ms, out_path, native=None):
         self.argv = ["counters"]  # the shape Collectors looks at
-        self.period_s, self.out_path = period_ms / 1000.0, out_path
-        self.stop_event, self.thread, self.error = threading.Event(), None, None
+        self.period_s, self.out_path, self.native = period_ms / 1000.0, out_path, native
+        self.stop_event, self.thread, self.error, self.proc, self.out = threading.Event(), None, None, None, None
         self.taskstats, self.switch, self.files, self.psi = None, None, {}, []
         self.reads = self.overruns = 0
 
@@ -138,8 +145,30 @@ class Counters:
         self.with_status = self.taskstats is None
         self.out = open(self.out_path, "w")
         self.out.write(self._header(psi_name))
+        if self.native:
+            self._start_native()
+            return
         self.thread = threading.Thread(target=self._loop, name="collector-counters", daemon=True)
         self.thread.start()
+
+    def _start_native(self):
+        """runner/native/bin/counters appends the data lines; this process keeps the header and the stop line."""
+        self.out.close()
+        argv = [self.native, "--pid", str(self.pid), "--period-ms", str(round(self.period_s * 1000)),
+                "--out", self.out_path] + (["--taskstats"] if self.taskstats is not None else [])
+        for _resource, path in self.psi:
+            argv += ["--psi", path]
+        if self.taskstats is not None:
+            self.taskstats.close()  # the native reader opens its own socket
+            self.taskstats = None
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE)
+        except OSError as exc:
+            self.error = "counters collector: cannot start %s: %s" % (self.native, exc)
+            self.out = open(self.out_path, "a")  # the stop line still closes the file
+            return
+        self.out = None
 
     def _header(self, psi_name):
         switch = self.switch or {}
@@ -149,7 +178,7 @@ class Counters:
                   "taskstats=%s" % (("v%d" % self._taskstats_version()) if self.taskstats else "no"),
                   "delayacct=%s" % (switch.get("delayacct") or "unknown"),
                   "delayacct_switched=%s" % ("yes" if switch.get("switched_by_harness") else "no"),
-                  "psi=%s" % psi_name]
+                  "psi=%s" % psi_name, "reader=%s" % ("native" if self.native else "python")]
         lines = [" ".join(fields)]
         if self.taskstats is None:
             lines.append("# unavailable taskstats: %s" % self.taskstats_note)
@@ -225,8 +254,27 @@ class Counters:
             self.error = "counters collector: %r" % exc
         self.cpu_s = time.thread_time() - started_cpu
 
+    def _stop_native(self, timeout):
+        """SIGTERM: the native reader reads once more and says how many reads it made and its CPU time."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            said, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            said, err = self.proc.communicate()
+        fields = dict(word.split("=", 1) for word in said.decode(errors="replace").split() if "=" in word)
+        self.reads, self.overruns = int(fields.get("reads", 0)), int(fields.get("overruns", 0))
+        self.cpu_s = float(fields.get("cpu_s", 0.0))
+        if self.proc.returncode != 0:
+            self.error = self.error or "counters reader exited %s: %s" % (
+                self.proc.returncode, err.decode(errors="replace").strip()[-300:])
+        self.out = open(self.out_path, "a")
+
     def stop(self, timeout=5.0):
         self.stop_event.set()
+        if self.proc is not None:
+            self._stop_native(timeout)
         if self.thread is not None:
             self.thread.join(timeout)
         for files in self.files.values():
@@ -236,10 +284,11 @@ class Counters:
             self.taskstats.close()
         if self.switch is not None:
             self.switch = delayacct.switch_back(self.switch)
-        if self.thread is not None:
+        if self.out is not None:
             switch = self.switch or {}
             restored = switch.get("restored", "shared" if switch.get("left_on_for_others") else "-")
             self.out.write("# stop t_ns=%d reads=%d overruns=%d cpu_s=%.6f delayacct_restored=%s\n"
                            % (time.monotonic_ns(), self.reads, self.overruns, getattr(self, "cpu_s", 0.0), restored))
             self.out.close()
+            self.out = None
         return (self.switch or {}).get("restore_error") or self.error

@@ -11,6 +11,8 @@ from runner.collectors.availability import unavailable_reason
 from runner.collectors.base import KINDS, PROCESS_KINDS, CollectorError, Unavailable
 from runner.collectors.counters import Counters
 from runner.collectors.jetson_stats import JtopSampler
+from runner.collectors.offcpu import Offcpu
+from runner.collectors.offcpu import unavailable_reason as offcpu_reason
 from runner.collectors.sampler import Sampler
 from runner.collectors.snapshots import SNAPSHOTS, Snapshotter
 from runner.collectors.tools import tool_process
@@ -59,7 +61,7 @@ class Collectors:
         self.native_bin, self.run_dir, self.device = native_bin, run_dir, device
         self.running = []
         self.errors = []
-        self.counters = None
+        self.counters = self.offcpu = None
 
     def _sampler(self, mode, subject, period_ms, name):
         return Sampler([os.path.join(self.native_bin, "sampler"), mode, str(subject), "--period-ms",
@@ -76,9 +78,13 @@ class Collectors:
         self.errors += ["%s skipped (optional): %s" % item for item in sorted(skipped.items())]
         counters = self.specs.get("counters")
         if counters is not None:  # delay accounting on before the step's threads exist
-            self.counters = Counters(int(counters.get("period_ms", 100)), os.path.join(self.run_dir, "counters.txt"))
+            native = os.path.join(self.native_bin, "counters")  # the C reader where built (Linux), else Python
+            use_native = counters.get("reader", "native") == "native" and os.access(native, os.X_OK)
+            self.counters = Counters(int(counters.get("period_ms", 100)), os.path.join(self.run_dir, "counters.txt"),
+                                     native if use_native else None)
             self.counters.prepare()
             self.running.append(self.counters)
+        self._prepare_offcpu()
         spec = self.specs.get("blockstat")
         if spec is None:
             return
@@ -89,9 +95,30 @@ class Collectors:
         sampler.start()
         self.running.append(sampler)
 
+    def _prepare_offcpu(self):
+        """bpftrace attached before the step (it then follows the step's process); optional by default: where it
+        cannot run, one line in the run's record says why."""
+        spec = self.specs.get("offcpu")
+        if spec is None:
+            return
+        reason = offcpu_reason()
+        if reason is None:
+            offcpu = Offcpu(int(spec.get("period_ms", 1000)), os.path.join(self.run_dir, "offcpu.txt"))
+            offcpu.start()
+            reason = offcpu.stop() if offcpu.error else None
+            if reason is None:
+                self.offcpu = offcpu
+                self.running.append(offcpu)
+                return
+        if not spec.get("optional", True):
+            raise CollectorError("collector offcpu: %s" % reason)
+        self.errors.append("offcpu skipped (optional): %s" % reason)
+
     def on_spawn(self, pid):
-        if self.counters is not None and self.counters.thread is None:
+        if self.counters is not None and getattr(self.counters, "pid", None) is None:
             self.counters.follow(pid)  # like the thread sampler: the step's first (main) process
+        if self.offcpu is not None and self.offcpu.pid is None:
+            self.offcpu.follow(pid)
         spec = self.specs.get("threads")
         if spec is None or any(s.argv[1] == "threads" for s in self.running):
             return  # thread sampling follows the step's first (main) process

@@ -27,7 +27,8 @@ and ``read_ahead_kb``, each optional. For one run:
 
 Modules: ``run`` (one run's emulation: setup, enter, teardown), ``check`` (what this machine cannot do),
 ``lock`` (the machine-wide lock around read_ahead_kb), ``state`` (what a runner changed, on disk until undone),
-``repair`` (undo what a dead runner left), ``cgroup`` (the v1 and v2 file formats), ``base`` (what they share).
+``repair`` (undo what a dead runner left), ``cgroup`` (the v1 and v2 file formats), ``base`` (what they share),
+``budget`` (a memory cgroup of its own for part of a step: the equivalence step's sides).
 ``python3 -m runner.emulation check|repair`` is the controller's preflight and clean-up.
 """
 

@@ -3,22 +3,48 @@
  * (harness runner, docs/methodology.md section 5). One mode per process.
  *
  *   sampler block DEV   [--period-ms 10] [--out FILE] [--root DIR]
- *   sampler threads PID [--period-ms 5]  [--out FILE] [--root DIR]
+ *   sampler threads PID [--period-ms 5]  [--stat-ms 100] [--wchan] [--out FILE] [--root DIR]
  *
  * --root prefixes the /sys and /proc paths (tests use fake trees). Output (stdout by default) is text, written
  * through one big buffer that is flushed when full and on exit (the header line is flushed at once):
  *
- *   # harness-sampler v1 mode=block dev=vda period_ms=10 clock=monotonic
+ *   # harness-sampler v2 mode=block dev=vda period_ms=10 clock=monotonic
  *   <t_ns> <the fields of /sys/block/DEV/stat, single-space separated, exactly as the kernel printed them>
  *
- *   # harness-sampler v1 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 clock=monotonic
- *   <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>
- *       (one line per thread per sample, same t_ns for all threads of a sample, tids ascending; comm is the text
- *        between the first '(' and the LAST ')' of the stat line, control characters replaced by '?'; wchan "0" or
- *        empty -> 0, unreadable -> ?)
+ *   # harness-sampler v2 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
+ *     clock=monotonic                                                                      (one line)
+ *   <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
+ *       (one line per thread per sample, same t_ns for all threads of a sample, tids ascending)
  *   # exit t_ns=<t>                                   threads mode: the process has gone (or is a zombie); exit 0
  *
  *   # stop t_ns=<t> samples=<n> overruns=<n>          on SIGTERM/SIGINT (the current sample is finished); exit 0
+ *
+ * Threads mode, what is read (v2): every sample, every thread's /proc/PID/task/TID/syscall, one read that says
+ * whether the thread is running (or runnable) and, when it is not, in which syscall it waits; every stat_every-th
+ * sample (--stat-ms / --period-ms; 0 = every sample), at every rescan of the task directory, at a thread's first
+ * sample and for a zombie, its stat too. Why: stat costs ~4 us per read (52 numbers formatted) and syscall ~2 us,
+ * and v1's stat + wchan for every thread every sample cost 2.2-2.7 % of a core at 5 ms over 17 threads; wchan is
+ * read only with --wchan (for threads not running). So in v2:
+ *   state    R (syscall says running; or stat's R), stat's letter where stat was read this sample, else '-' (off
+ *            CPU; D or S not read)
+ *   majflt, utime_ticks, stime_ticks   as stat printed them where it was read this sample, else empty
+ *   comm     the text between the first '(' and the LAST ')' of the thread's last stat read, control characters
+ *            replaced by '?'
+ *   wchan    with --wchan: the wait channel ("0" for R or none, "?" unreadable); without it: empty
+ *   class    for a thread off CPU, from syscall's first field (the build architecture's numbers, <sys/syscall.h>;
+ *            the header's arch): -1 (blocked outside a syscall) = fault_io, unless stat says stopped (other);
+ *            read/pread64/readv/preadv/preadv2, and the async I/O waits io_uring_enter/io_getevents/
+ *            io_pgetevents = read_io (but read/readv of a pipe, socket, anon
+ *            inode such as an eventfd, or terminal = idle: that waits for a writer); futex/futex_waitv = futex;
+ *            ioctl on an fd (syscall's second field, arg0) that /proc/PID/fd/N names a GPU device
+ *            (/dev/nvgpu..., /dev/nvmap, /dev/nvhost..., /dev/nvidia..., /dev/dri/..., /dev/kgsl..., /dev/mali...)
+ *            = gpu (fds resolved once per thread and fd, forgotten at each rescan: an fd number can be reused);
+ *            epoll_wait/epoll_pwait/epoll_pwait2/poll/ppoll/select/pselect6/nanosleep/clock_nanosleep = idle;
+ *            any other = other. Empty for a running
+ *            thread; '?' when syscall is unreadable (no ptrace access to the process: stat is then read every
+ *            sample).
+ *   syscall  the syscall number (-1: not in a syscall), empty for a running thread
+ * v1 (older raw data, read by harness/parsers/sampler.py too) had the first eight fields, stat + wchan every sample.
  *
  * t_ns is CLOCK_MONOTONIC in nanoseconds, taken at the start of the sample. Samples follow an absolute schedule
  * (t0 + k*period, clock_nanosleep TIMER_ABSTIME); when a sample ends past the next deadline the missed deadlines are
@@ -26,7 +52,7 @@
  *
  * Cost: every file is opened once and re-read with pread(fd, buf, n, 0) (procfs seq_files and sysfs attributes
  * regenerate their content on a read at offset 0); the task directory is rescanned every ~100 ms or when a thread's
- * read fails. wchan is not read for threads that stat shows running (R): the kernel reports 0 for those anyway.
+ * read fails. bench/sampler_overhead.py measures the modes side by side.
  *
  * Exit status: 0 stopped or process gone; 1 runtime error (message on stderr); 2 usage error.
  *
@@ -44,6 +70,7 @@
  *   utime/stime  pth_user_time/pth_system_time (ns) converted to clock_ticks_per_s ticks, as /proc reports them.
  *   comm     pth_name, or the process name for an unnamed thread (Linux threads inherit the process comm).
  *   wchan    empty: XNU exposes no wait channel.
+ *   class, syscall   empty: libproc gives no syscall (the header says class=none).
  * The process is gone when listing its threads fails with ESRCH or finds none, or it became a zombie, or its
  * start time changed (the pid was reused; checked every ~100 ms). Block mode exits 1 with one line on stderr:
  * macOS has no /sys/block; the iostat collector covers disk I/O there. --root is Linux-only (fake trees).
@@ -59,6 +86,9 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 #ifdef __APPLE__
@@ -71,12 +101,25 @@
 #define READ_BUF 4096
 #define RESCAN_MS 100
 #define MAX_PERIOD_MS 3600000L
+#if defined(__x86_64__)
+#define ARCH "x86_64" /* whose syscall numbers the records carry */
+#elif defined(__aarch64__)
+#define ARCH "aarch64"
+#elif defined(__arm__)
+#define ARCH "arm"
+#elif defined(__riscv)
+#define ARCH "riscv"
+#else
+#define ARCH "other"
+#endif
 
 enum { SAMPLE_OK = 0, SAMPLE_EXIT = 1, SAMPLE_ERROR = -1 };
 enum mode { BLOCK, THREADS };
 typedef int (*sample_fn)(void *, uint64_t);
 
 static volatile sig_atomic_t g_stop;
+static long g_stat_every = 1; /* read stat for every thread every this many samples (always at a rescan) (Linux) */
+static int g_read_wchan;       /* --wchan: read wchan for every thread not running, as v1 did (Linux) */
 
 static void on_signal(int sig)
 {
@@ -309,7 +352,7 @@ static int threads_sample(void *vctx, uint64_t t)
             char ch = name[k];
             out_char((unsigned char)ch < 0x20 || ch == 0x7f ? '?' : ch);
         }
-        out_str("\t\n"); /* wchan: none on macOS */
+        out_str("\t\t\t\n"); /* wchan, class, syscall: none on macOS */
     }
     /* nothing readable, or only terminating threads: gone unless the process itself says otherwise */
     if (live == 0 && !same_process(c))
@@ -444,10 +487,27 @@ static int block_sample(void *vctx, uint64_t t)
 
 /* ------------------------------------------------------------------------------------------------ threads mode */
 
+#define FD_CACHE 8   /* ioctl fds resolved per thread (a GPU runtime waits on one or two device fds) */
+#define COMM_CAP 64
+
+
+enum fd_kind_code { FD_FILE, FD_GPU, FD_WAIT, FD_OTHER };
+
+struct fd_kind {
+    int fd;
+    enum fd_kind_code kind;
+};
+
 struct task {
     int tid;
     int stat_fd;
-    int wchan_fd; /* -1: not openable -> "?" */
+    int syscall_fd; /* -1: not openable (another user's process without CAP_SYS_PTRACE): stat every sample */
+    int wchan_fd;   /* only with --wchan; -1: not openable -> "?" */
+    char state;     /* the letter of its last stat read; 0: never read */
+    char comm[COMM_CAP];
+    size_t comm_len;
+    unsigned nfds, next_fd;
+    struct fd_kind fds[FD_CACHE];
 };
 
 struct threads_ctx {
@@ -457,18 +517,29 @@ struct threads_ctx {
     int *tids; /* scratch for rescans */
     size_t tids_cap;
     unsigned since_scan, scan_every;
+    long since_stat;
     int need_scan;
     char buf[READ_BUF];
+    char sbuf[256]; /* syscall: its words are printed after stat's */
     char wbuf[256];
+};
+
+/* What one sample read of one thread: the words to print (empty when not read this sample). */
+struct reading {
+    char state;
+    const char *majflt, *utime, *stime, *nr, *cls;
+    size_t lmaj, lut, lst, lnr;
 };
 
 static void task_close(struct task *t)
 {
     if (t->stat_fd >= 0)
         close(t->stat_fd);
+    if (t->syscall_fd >= 0)
+        close(t->syscall_fd);
     if (t->wchan_fd >= 0)
         close(t->wchan_fd);
-    t->stat_fd = t->wchan_fd = -1;
+    t->stat_fd = t->syscall_fd = t->wchan_fd = -1;
     t->tid = -1;
 }
 
@@ -478,8 +549,28 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Re-list /proc/PID/task: keep the fds of known threads, open new ones, close vanished ones.
- * Returns the number of threads, or -1 when the task directory is gone (the process has been reaped). */
+static int task_open(int dfd, int tid, struct task *t)
+{
+    char rel[32];
+    memset(t, 0, sizeof *t);
+    t->tid = tid;
+    snprintf(rel, sizeof rel, "%d/stat", tid);
+    t->stat_fd = openat(dfd, rel, O_RDONLY);
+    if (t->stat_fd < 0)
+        return -1; /* exited meanwhile */
+    snprintf(rel, sizeof rel, "%d/syscall", tid);
+    t->syscall_fd = openat(dfd, rel, O_RDONLY);
+    t->wchan_fd = -1;
+    if (g_read_wchan) {
+        snprintf(rel, sizeof rel, "%d/wchan", tid);
+        t->wchan_fd = openat(dfd, rel, O_RDONLY);
+    }
+    return 0;
+}
+
+/* Re-list /proc/PID/task: keep the fds of known threads, open new ones, close vanished ones; forget the resolved
+ * ioctl fds (a closed fd number may now name another file). Returns the number of threads, or -1 when the task
+ * directory is gone (the process has been reaped). */
 static int threads_scan(struct threads_ctx *c)
 {
     int taskfd, dfd;
@@ -531,18 +622,10 @@ static int threads_scan(struct threads_ctx *c)
         while (i < c->ntasks && c->tasks[i].tid < tid)
             task_close(&c->tasks[i++]);
         if (i < c->ntasks && c->tasks[i].tid == tid) {
-            nt[k++] = c->tasks[i++];
-        } else {
-            char rel[32];
-            struct task t;
-            t.tid = tid;
-            snprintf(rel, sizeof rel, "%d/stat", tid);
-            t.stat_fd = openat(dfd, rel, O_RDONLY);
-            if (t.stat_fd < 0)
-                continue; /* exited meanwhile */
-            snprintf(rel, sizeof rel, "%d/wchan", tid);
-            t.wchan_fd = openat(dfd, rel, O_RDONLY);
-            nt[k++] = t;
+            nt[k] = c->tasks[i++];
+            nt[k++].nfds = 0;
+        } else if (task_open(dfd, tid, &nt[k]) == 0) {
+            k++;
         }
     }
     while (i < c->ntasks)
@@ -554,11 +637,248 @@ static int threads_scan(struct threads_ctx *c)
     return (int)k;
 }
 
+/* What fd (of the process) is: a GPU device (Jetson nvgpu, nvmap, nvhost; desktop NVIDIA; DRM render/card nodes;
+ * Adreno kgsl; Mali), a file or another device (a path), a pipe, socket or anon inode (eventfd, timerfd: waiting
+ * for another thread or the network), or unknown. Resolved through /proc/PID/fd/N once per thread and fd (until
+ * the next rescan). */
+static enum fd_kind_code fd_kind(struct threads_ctx *c, struct task *tk, long fd)
+{
+    static const char *const gpu_prefixes[] = {"/dev/nvgpu", "/dev/nvmap", "/dev/nvhost", "/dev/nvidia",
+                                               "/dev/dri/", "/dev/kgsl", "/dev/mali"};
+    static const char *const wait_prefixes[] = {"pipe:", "socket:", "anon_inode:", "/dev/pts/", "/dev/tty"};
+    char rel[40], target[256];
+    ssize_t n;
+    unsigned i;
+    enum fd_kind_code kind = FD_OTHER;
+    if (fd < 0 || fd > 0x7fffffffL)
+        return FD_OTHER;
+    for (i = 0; i < tk->nfds; i++)
+        if (tk->fds[i].fd == (int)fd)
+            return tk->fds[i].kind;
+    snprintf(rel, sizeof rel, "fd/%ld", fd);
+    n = readlinkat(c->pid_dirfd, rel, target, sizeof target - 1);
+    if (n > 0) {
+        target[n] = '\0';
+        if (target[0] == '/')
+            kind = FD_FILE;
+        for (i = 0; i < sizeof gpu_prefixes / sizeof *gpu_prefixes; i++)
+            if (!strncmp(target, gpu_prefixes[i], strlen(gpu_prefixes[i])))
+                kind = FD_GPU;
+        for (i = 0; i < sizeof wait_prefixes / sizeof *wait_prefixes; i++)
+            if (!strncmp(target, wait_prefixes[i], strlen(wait_prefixes[i])))
+                kind = FD_WAIT;
+    }
+    i = tk->nfds < FD_CACHE ? tk->nfds++ : tk->next_fd++ % FD_CACHE;
+    tk->fds[i].fd = (int)fd;
+    tk->fds[i].kind = kind;
+    return kind;
+}
+
+/* The wait class of a thread off CPU in syscall nr (-1: not in a syscall) with first argument arg0. The numbers
+ * are the build architecture's (<sys/syscall.h>): a 32-bit process on a 64-bit kernel would be misread. */
+static const char *classify(struct threads_ctx *c, struct task *tk, long nr, long arg0, char state)
+{
+    if (nr < 0) /* blocked outside a syscall: a page fault, unless the thread is stopped (signal, debugger) */
+        return state == 'T' || state == 't' ? "other" : "fault_io";
+    switch (nr) {
+    case SYS_read: case SYS_readv: /* a read of a pipe, socket or eventfd waits for a writer, not for storage */
+        return fd_kind(c, tk, arg0) == FD_WAIT ? "idle" : "read_io";
+    case SYS_pread64: case SYS_preadv:
+#ifdef SYS_preadv2
+    case SYS_preadv2:
+#endif
+#ifdef SYS_io_uring_enter
+    case SYS_io_uring_enter:
+#endif
+#ifdef SYS_io_getevents
+    case SYS_io_getevents: /* libaio (fio's default engine) waits for its reads here */
+#endif
+#ifdef SYS_io_pgetevents
+    case SYS_io_pgetevents:
+#endif
+        return "read_io";
+    case SYS_futex:
+#ifdef SYS_futex_waitv
+    case SYS_futex_waitv:
+#endif
+        return "futex";
+    case SYS_ioctl:
+        return fd_kind(c, tk, arg0) == FD_GPU ? "gpu" : "other";
+#ifdef SYS_epoll_wait
+    case SYS_epoll_wait:
+#endif
+#ifdef SYS_poll
+    case SYS_poll:
+#endif
+#ifdef SYS_select
+    case SYS_select:
+#endif
+#ifdef SYS_nanosleep
+    case SYS_nanosleep:
+#endif
+#ifdef SYS_epoll_pwait2
+    case SYS_epoll_pwait2:
+#endif
+    case SYS_epoll_pwait: case SYS_ppoll: case SYS_pselect6: case SYS_clock_nanosleep:
+        return "idle";
+    default:
+        return "other";
+    }
+}
+
+/* stat of one thread into r (state, majflt, utime, stime) and tk (state, comm); -1 when the thread is gone,
+ * 1 when the line is malformed or truncated (the thread is skipped this sample). */
+static int read_stat(struct threads_ctx *c, struct task *tk, struct reading *r)
+{
+    ssize_t n = pread_all0(tk->stat_fd, c->buf, sizeof c->buf - 1);
+    char *buf = c->buf, *lp, *rp, *p, *end, *state = NULL;
+    size_t lstate = 0;
+    int field;
+    if (n <= 0) /* thread gone (ESRCH) */
+        return -1;
+    end = buf + n;
+    *end = '\0';
+    lp = memchr(buf, '(', (size_t)n);
+    for (rp = end - 1; rp > buf && *rp != ')'; rp--)
+        ;
+    if (!lp || rp <= lp)
+        return 1;
+    /* fields after ") ": 0 state, 9 majflt, 11 utime, 12 stime */
+    r->stime = NULL;
+    for (p = rp + 1, field = 0; field <= 12; field++) {
+        size_t len;
+        char *s = next_word(&p, end, &len);
+        if (!s)
+            break;
+        switch (field) {
+        case 0: state = s; lstate = len; break;
+        case 9: r->majflt = s; r->lmaj = len; break;
+        case 11: r->utime = s; r->lut = len; break;
+        case 12: r->stime = s; r->lst = len; break;
+        default: break;
+        }
+    }
+    if (!r->stime || lstate != 1)
+        return 1;
+    r->state = tk->state = *state;
+    tk->comm_len = (size_t)(rp - lp - 1) < COMM_CAP ? (size_t)(rp - lp - 1) : COMM_CAP;
+    for (field = 0, p = lp + 1; (size_t)field < tk->comm_len; field++, p++)
+        tk->comm[field] = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
+    return 0;
+}
+
+/* syscall of one thread into r (nr, class; the state '-' when stat was not read); -1 when the thread is gone. */
+static int read_syscall(struct threads_ctx *c, struct task *tk, struct reading *r, int stat_read)
+{
+    ssize_t n = pread_all0(tk->syscall_fd, c->sbuf, sizeof c->sbuf - 1);
+    char *p = c->sbuf, *end, *word;
+    size_t len;
+    long nr, arg0 = -1;
+    if (n <= 0)
+        return -1;
+    end = c->sbuf + n;
+    *end = '\0';
+    word = next_word(&p, end, &len);
+    if (!word || *word == 'r') { /* "running": on a CPU or runnable (stat would say R) */
+        if (!stat_read)
+            r->state = 'R';
+        return 0;
+    }
+    nr = strtol(word, NULL, 10);
+    r->nr = word;
+    r->lnr = len;
+    if (nr >= 0 && (word = next_word(&p, end, &len)) != NULL)
+        arg0 = (long)strtoul(word, NULL, 16);
+    if (!stat_read)
+        r->state = '-'; /* off CPU; D or S was not read this sample */
+    r->cls = classify(c, tk, nr, arg0, stat_read ? r->state : tk->state); /* stopped stays stopped till a stat */
+    return 0;
+}
+
+static void write_wchan(struct threads_ctx *c, struct task *tk, char state)
+{
+    ssize_t w;
+    char *ws, *we, *p;
+    if (!g_read_wchan)
+        return; /* empty: not read */
+    if (state == 'R') {
+        out_char('0'); /* a running task has no wait channel; the kernel would print 0 */
+        return;
+    }
+    w = tk->wchan_fd < 0 ? -1 : pread_all0(tk->wchan_fd, c->wbuf, sizeof c->wbuf - 1);
+    if (w < 0) {
+        out_char('?');
+        return;
+    }
+    ws = c->wbuf;
+    we = c->wbuf + w;
+    while (ws < we && is_space(*ws))
+        ws++;
+    while (we > ws && is_space(we[-1]))
+        we--;
+    for (p = ws; p < we; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    if (we > ws)
+        out_mem(ws, (size_t)(we - ws));
+    else
+        out_char('0');
+}
+
+static void write_record(struct threads_ctx *c, struct task *tk, const struct reading *r, uint64_t t)
+{
+    out_u64(t);
+    out_char('\t');
+    out_u64((uint64_t)tk->tid);
+    out_char('\t');
+    out_char(r->state);
+    out_char('\t');
+    out_mem(r->majflt, r->lmaj);
+    out_char('\t');
+    out_mem(r->utime, r->lut);
+    out_char('\t');
+    out_mem(r->stime, r->lst);
+    out_char('\t');
+    out_mem(tk->comm, tk->comm_len);
+    out_char('\t');
+    write_wchan(c, tk, r->state);
+    out_char('\t');
+    out_str(r->cls);
+    out_char('\t');
+    out_mem(r->nr, r->lnr);
+    out_char('\n');
+}
+
+/* One thread in one sample: 0 written, 1 skipped (malformed stat), -1 gone. */
+static int sample_task(struct threads_ctx *c, struct task *tk, uint64_t t, int full)
+{
+    struct reading r = {0, "", "", "", "", "", 0, 0, 0, 0};
+    int dead = tk->state == 'Z' || tk->state == 'X';
+    int stat_read = full || dead || tk->state == 0 || tk->syscall_fd < 0, rc;
+    if (stat_read) {
+        rc = read_stat(c, tk, &r);
+        if (rc != 0)
+            return rc;
+        dead = r.state == 'Z' || r.state == 'X';
+    }
+    if (dead || (stat_read && r.state == 'R')) {
+        /* nothing to classify */
+    } else if (tk->syscall_fd < 0) {
+        r.cls = "?"; /* syscall unreadable: the class is unknown */
+    } else if (read_syscall(c, tk, &r, stat_read) != 0) {
+        if (!stat_read)
+            return -1;
+        r.cls = "?"; /* exited between the two reads */
+    }
+    write_record(c, tk, &r, t);
+    return 0;
+}
+
 static int threads_sample(void *vctx, uint64_t t)
 {
     struct threads_ctx *c = vctx;
     size_t i, k;
-    int live = 0, scanned = 0;
+    int live = 0, scanned = 0, full;
 
     if (c->need_scan || ++c->since_scan >= c->scan_every) {
         scanned = 1;
@@ -567,88 +887,19 @@ static int threads_sample(void *vctx, uint64_t t)
         if (threads_scan(c) < 0)
             return SAMPLE_EXIT;
     }
+    full = scanned || ++c->since_stat >= g_stat_every;
+    if (full)
+        c->since_stat = 0;
 
     for (i = 0; i < c->ntasks; i++) {
         struct task *tk = &c->tasks[i];
-        ssize_t n = pread_all0(tk->stat_fd, c->buf, sizeof c->buf - 1);
-        char *buf = c->buf, *lp, *rp, *p, *end, *state = NULL, *majflt = NULL, *utime = NULL, *stime = NULL;
-        size_t lstate = 0, lmaj = 0, lut = 0, lst = 0;
-        int field;
-
-        if (n <= 0) { /* thread gone (ESRCH) */
+        int rc = sample_task(c, tk, t, full);
+        if (rc < 0) {
             task_close(tk);
             c->need_scan = 1;
-            continue;
-        }
-        end = buf + n;
-        *end = '\0';
-        lp = memchr(buf, '(', (size_t)n);
-        for (rp = end - 1; rp > buf && *rp != ')'; rp--)
-            ;
-        if (!lp || rp <= lp)
-            continue; /* malformed */
-
-        /* fields after ") ": 0 state, 9 majflt, 11 utime, 12 stime */
-        for (p = rp + 1, field = 0; field <= 12; field++) {
-            size_t len;
-            char *s = next_word(&p, end, &len);
-            if (!s)
-                break;
-            switch (field) {
-            case 0: state = s; lstate = len; break;
-            case 9: majflt = s; lmaj = len; break;
-            case 11: utime = s; lut = len; break;
-            case 12: stime = s; lst = len; break;
-            default: break;
-            }
-        }
-        if (!stime)
-            continue; /* truncated */
-        if (!(lstate == 1 && (*state == 'Z' || *state == 'X')))
+        } else if (rc == 0 && tk->state != 'Z' && tk->state != 'X') {
             live++;
-
-        out_u64(t);
-        out_char('\t');
-        out_u64((uint64_t)tk->tid);
-        out_char('\t');
-        out_mem(state, lstate);
-        out_char('\t');
-        out_mem(majflt, lmaj);
-        out_char('\t');
-        out_mem(utime, lut);
-        out_char('\t');
-        out_mem(stime, lst);
-        out_char('\t');
-        for (p = lp + 1; p < rp; p++)
-            if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                *p = '?';
-        out_mem(lp + 1, (size_t)(rp - lp - 1));
-        out_char('\t');
-
-        if (lstate == 1 && *state == 'R') {
-            out_char('0'); /* a running task has no wait channel; the kernel would print 0 */
-        } else if (tk->wchan_fd < 0) {
-            out_char('?');
-        } else {
-            ssize_t w = pread_all0(tk->wchan_fd, c->wbuf, sizeof c->wbuf - 1);
-            if (w < 0) {
-                out_char('?');
-            } else {
-                char *ws = c->wbuf, *we = c->wbuf + w;
-                while (ws < we && is_space(*ws))
-                    ws++;
-                while (we > ws && is_space(we[-1]))
-                    we--;
-                for (p = ws; p < we; p++)
-                    if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                        *p = '?';
-                if (we > ws)
-                    out_mem(ws, (size_t)(we - ws));
-                else
-                    out_char('0');
-            }
         }
-        out_char('\n');
     }
 
     /* drop the threads whose read failed */
@@ -709,7 +960,8 @@ static int open_source(enum mode mode, const char *target, long pid, const char 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: sampler block DEV   [--period-ms N] [--out FILE] [--root DIR]   (default period 10 ms)\n"
-               "       sampler threads PID [--period-ms N] [--out FILE] [--root DIR]   (default period 5 ms)\n");
+               "       sampler threads PID [--period-ms N] [--stat-ms N] [--wchan] [--out FILE] [--root DIR]\n"
+               "                           (default period 5 ms, stat of every thread every 100 ms)\n");
 }
 
 static int usage_error(const char *msg, const char *arg)
@@ -740,7 +992,7 @@ int main(int argc, char **argv)
 {
     enum mode mode;
     const char *target = NULL, *out_path = NULL, *root = "";
-    long period_ms = -1, pid = 0;
+    long period_ms = -1, pid = 0, stat_ms = 100;
     int i, rc;
     uint64_t period_ns, next, samples = 0, overruns = 0;
     sample_fn sample;
@@ -769,6 +1021,10 @@ int main(int argc, char **argv)
             target = a;
             continue;
         }
+        if (!strcmp(a, "--wchan")) {
+            g_read_wchan = 1;
+            continue;
+        }
         nl = strcspn(a, "=");
         if (a[nl] == '=')
             val = a + nl + 1;
@@ -779,6 +1035,9 @@ int main(int argc, char **argv)
         if (!strncmp(a, "--period-ms", nl) && nl == 11) {
             if (parse_long(val, 1, MAX_PERIOD_MS, &period_ms))
                 return usage_error("bad --period-ms (1..3600000)", val);
+        } else if (!strncmp(a, "--stat-ms", nl) && nl == 9) {
+            if (parse_long(val, 0, MAX_PERIOD_MS, &stat_ms))
+                return usage_error("bad --stat-ms (0..3600000)", val);
         } else if (!strncmp(a, "--out", nl) && nl == 5) {
             out_path = val;
         } else if (!strncmp(a, "--root", nl) && nl == 6) {
@@ -796,6 +1055,7 @@ int main(int argc, char **argv)
     if (period_ms < 0)
         period_ms = mode == BLOCK ? 10 : 5;
     period_ns = (uint64_t)period_ms * 1000000u;
+    g_stat_every = stat_ms / period_ms > 1 ? stat_ms / period_ms : 1;
 
     /* open the source before the output, so a bad DEV/PID does not truncate --out */
     rc = open_source(mode, target, pid, root, period_ms, &sample, &ctx);
@@ -824,7 +1084,7 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN); /* a closed reader shows up as a write error */
 
-    out_str("# harness-sampler v1 mode=");
+    out_str("# harness-sampler v2 mode=");
     if (mode == BLOCK) {
         out_str("block dev=");
         out_str(target);
@@ -839,7 +1099,12 @@ int main(int argc, char **argv)
         out_str(" clock_ticks_per_s=");
         out_u64((uint64_t)(tck > 0 ? tck : 100));
 #ifdef __APPLE__
-        out_str(" source=libproc majflt=none");
+        out_str(" source=libproc majflt=none class=none");
+#else
+        out_str(" stat_every=");
+        out_u64((uint64_t)g_stat_every);
+        out_str(g_read_wchan ? " wchan=1 arch=" : " wchan=0 arch=");
+        out_str(ARCH);
 #endif
     }
     out_str(" clock=monotonic\n");

@@ -3,7 +3,7 @@
  * counters collector (runner/collectors/counters.py) is validated against (tests/test_counters.py).
  *
  *   workload --seconds S [--busy N] [--barrier N:PERIODus] [--fault FILE] [--pread FILE] [--sleep N]
- *            [--oversubscribed N] [--cpu C] [--hold-ms MS] --out truth.json
+ *            [--oversubscribed N] [--cpu C] [--hold-ms MS] [--sleep-us US] --out truth.json
  *
  * Roles (one thread each unless N says more):
  *   busy            compute only: truth run = its CPU time, runqueue = wall - CPU (it never blocks)
@@ -13,7 +13,7 @@
  *                   after each pass the pages are unmapped and evicted (POSIX_FADV_DONTNEED), so every pass
  *                   is cold again
  *   pread           pread()s FILE in 128 KiB blocks (POSIX_FADV_RANDOM: no read-ahead), evicting it at EOF
- *   sleep           nanosleep(1 ms) in a loop
+ *   sleep           nanosleep(1 ms, or --sleep-us) in a loop
  *   oversubscribed  N busy threads pinned to one CPU (--cpu, default the last one): each waits for the other
  *
  * Every thread measures, over its own phase of S seconds: wall (CLOCK_MONOTONIC), on-CPU
@@ -22,6 +22,11 @@
  * (default 300) before exiting, so a sampler still finds it. The JSON gives per thread: tid, role, the phase's
  * CLOCK_MONOTONIC start and end (the sampler's clock), wall_ns, cpu_ns, futex_ns, fault_ns, pread_ns,
  * sleep_ns, and runqueue_ns = wall - CPU for the pure-compute roles (busy, oversubscribed).
+ *
+ * asleep_ns (the sampler's truth, tests/test_sampler_classes.py): the part of those blocking calls the thread spent
+ * asleep, off CPU and not runnable -- each call's wall minus its CPU minus the runqueue wait the kernel added to the
+ * thread's own /proc/thread-self/schedstat meanwhile (the wait for a CPU after the wake-up, which a sampler sees as
+ * runnable, R). That makes it independent of the machine's load. null where schedstat is not readable.
  *
  * Linux only (futex, sched_setaffinity, posix_fadvise).
  */
@@ -52,13 +57,19 @@ struct worker {
     enum role role;
     int index; /* within its role's group */
     long tid;
-    int64_t start_ns, end_ns, cpu_ns, futex_ns, fault_ns, pread_ns, sleep_ns, ops;
+    int64_t start_ns, end_ns, cpu_ns, futex_ns, fault_ns, pread_ns, sleep_ns, ops, asleep_ns;
+    int schedstat_fd; /* /proc/thread-self/schedstat, -1: not readable */
+};
+
+/* Where a blocking call started: wall, CPU and runqueue wait so far. */
+struct mark {
+    int64_t wall, cpu, run_delay;
 };
 
 static struct worker workers[MAX_THREADS];
 static int n_workers;
 static double seconds = 3.0;
-static int hold_ms = 300;
+static int hold_ms = 300, sleep_us = 1000;
 static int barrier_threads, barrier_period_us = 200, oversub_cpu = -1;
 static const char *fault_file, *pread_file;
 static pthread_barrier_t start_line;
@@ -76,6 +87,29 @@ static int64_t clock_ns(clockid_t clock) {
 
 static int64_t mono(void) { return clock_ns(CLOCK_MONOTONIC); }
 static int64_t cpu(void) { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }
+
+/* the thread's time waiting on a runqueue so far (schedstat's second field), 0 when not readable */
+static int64_t run_delay(struct worker *w) {
+    char text[96];
+    long long on_cpu, waited;
+    ssize_t n = w->schedstat_fd < 0 ? -1 : pread(w->schedstat_fd, text, sizeof text - 1, 0);
+    if (n <= 0)
+        return 0;
+    text[n] = '\0';
+    return sscanf(text, "%lld %lld", &on_cpu, &waited) == 2 ? waited : 0;
+}
+
+static struct mark mark(struct worker *w) {
+    struct mark m = {mono(), cpu(), run_delay(w)};
+    return m;
+}
+
+/* a blocking call since m is over: its wall minus CPU (returned: the blocked_* fields), and its asleep part */
+static int64_t blocked_since(struct worker *w, struct mark m) {
+    int64_t blocked = (mono() - m.wall) - (cpu() - m.cpu);
+    w->asleep_ns += blocked - (run_delay(w) - m.run_delay);
+    return blocked;
+}
 
 static void die(const char *what, const char *arg) {
     fprintf(stderr, "workload: %s%s%s: %s\n", what, arg ? " " : "", arg ? arg : "", strerror(errno));
@@ -100,7 +134,7 @@ static void compute_cpu_us(int64_t us) {
 
 /* every thread of the barrier group arrives; returns nonzero when the phase is over (decided by the last) */
 static int barrier_wait(struct worker *w) {
-    int64_t t0 = mono(), c0 = cpu();
+    struct mark m = mark(w);
     pthread_mutex_lock(&barrier_lock);
     int generation = barrier_generation;
     if (++barrier_arrived == barrier_threads) {
@@ -114,7 +148,7 @@ static int barrier_wait(struct worker *w) {
         while (__atomic_load_n(&barrier_generation, __ATOMIC_SEQ_CST) == generation)
             syscall(SYS_futex, &barrier_generation, FUTEX_WAIT_PRIVATE, generation, NULL, NULL, 0);
     }
-    w->futex_ns += (mono() - t0) - (cpu() - c0);
+    w->futex_ns += blocked_since(w, m);
     return barrier_stop;
 }
 
@@ -142,12 +176,12 @@ static void run_fault(struct worker *w) {
         if (map == MAP_FAILED)
             die("mmap", fault_file);
         madvise(map, (size_t)st.st_size, MADV_RANDOM);
-        int64_t t0 = mono(), c0 = cpu();
+        struct mark m = mark(w);
         for (off_t at = 0; at < st.st_size && mono() < phase_end_ns; at += page) {
             sink += map[at];
             w->ops++;
         }
-        w->fault_ns += (mono() - t0) - (cpu() - c0);
+        w->fault_ns += blocked_since(w, m);
         munmap(map, (size_t)st.st_size);
         evict(fd, fault_file); /* unmapped first: mapped pages are not evicted */
     }
@@ -162,9 +196,9 @@ static void run_pread(struct worker *w) {
     posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
     off_t at = 0;
     while (mono() < phase_end_ns) {
-        int64_t t0 = mono(), c0 = cpu();
+        struct mark m = mark(w);
         ssize_t got = pread(fd, buffer, BLOCK, at);
-        w->pread_ns += (mono() - t0) - (cpu() - c0);
+        w->pread_ns += blocked_since(w, m);
         if (got < 0)
             die("pread", pread_file);
         w->ops++;
@@ -178,11 +212,11 @@ static void run_pread(struct worker *w) {
 }
 
 static void run_sleep(struct worker *w) {
-    struct timespec ms = {0, 1000000};
+    struct timespec ms = {sleep_us / 1000000, (long)(sleep_us % 1000000) * 1000L};
     while (mono() < phase_end_ns) {
-        int64_t t0 = mono(), c0 = cpu();
+        struct mark m = mark(w);
         nanosleep(&ms, NULL);
-        w->sleep_ns += (mono() - t0) - (cpu() - c0);
+        w->sleep_ns += blocked_since(w, m);
         w->ops++;
     }
 }
@@ -208,6 +242,7 @@ static void *worker_main(void *arg) {
     snprintf(name, sizeof(name), "wl-%.8s%d", ROLE_NAMES[w->role], w->index);
     prctl(PR_SET_NAME, name, 0, 0, 0);
     w->tid = syscall(SYS_gettid);
+    w->schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY);
     if (w->role == OVERSUB)
         pin(oversub_cpu);
     pthread_barrier_wait(&start_line);
@@ -240,7 +275,7 @@ static void add(enum role role, int count) {
 
 static void usage(void) {
     fprintf(stderr, "usage: workload --seconds S [--busy N] [--barrier N:PERIODus] [--fault FILE] [--pread FILE]"
-                    " [--sleep N] [--oversubscribed N] [--cpu C] [--hold-ms MS] --out truth.json\n");
+                    " [--sleep N] [--oversubscribed N] [--cpu C] [--hold-ms MS] [--sleep-us US] --out truth.json\n");
     exit(2);
 }
 
@@ -263,10 +298,11 @@ static const char *parse_args(int argc, char **argv) {
         else if (!strcmp(opt, "--oversubscribed")) add(OVERSUB, atoi(val));
         else if (!strcmp(opt, "--cpu")) oversub_cpu = atoi(val);
         else if (!strcmp(opt, "--hold-ms")) hold_ms = atoi(val);
+        else if (!strcmp(opt, "--sleep-us")) sleep_us = atoi(val);
         else if (!strcmp(opt, "--out")) out = val;
         else usage();
     }
-    if (!out || n_workers == 0 || seconds <= 0)
+    if (!out || n_workers == 0 || seconds <= 0 || sleep_us < 1)
         usage();
     if (oversub_cpu < 0)
         oversub_cpu = (int)sysconf(_SC_NPROCESSORS_ONLN) - 1;
@@ -285,10 +321,14 @@ static void write_truth(const char *path) {
         int compute_only = w->role == BUSY || w->role == OVERSUB;
         fprintf(out, "%s\n {\"tid\": %ld, \"role\": \"%s\", \"index\": %d, \"start_ns\": %lld, \"end_ns\": %lld, "
                 "\"wall_ns\": %lld, \"cpu_ns\": %lld, \"futex_ns\": %lld, \"fault_ns\": %lld, \"pread_ns\": %lld, "
-                "\"sleep_ns\": %lld, \"ops\": %lld, \"runqueue_ns\": ", i ? "," : "", w->tid, ROLE_NAMES[w->role],
+                "\"sleep_ns\": %lld, \"ops\": %lld, \"asleep_ns\": ", i ? "," : "", w->tid, ROLE_NAMES[w->role],
                 w->index, (long long)w->start_ns, (long long)w->end_ns, (long long)wall, (long long)w->cpu_ns,
                 (long long)w->futex_ns, (long long)w->fault_ns, (long long)w->pread_ns, (long long)w->sleep_ns,
                 (long long)w->ops);
+        if (w->schedstat_fd >= 0)
+            fprintf(out, "%lld, \"runqueue_ns\": ", (long long)w->asleep_ns);
+        else
+            fprintf(out, "null, \"runqueue_ns\": ");
         if (compute_only)
             fprintf(out, "%lld}", (long long)(wall - w->cpu_ns));
         else

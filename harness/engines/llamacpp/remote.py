@@ -39,6 +39,21 @@ def build_on_target(session: Any, source: dict[str, Any], cmake_flags: list[str]
                     local_sources: Path, say: Say, targets: tuple[str, ...] = DEFAULT_TARGETS) -> dict[str, Any]:
     """The board's build record for this engine (built there now if its cache lacks it)."""
     spec = SourceSpec.model_validate(source)
+    flags = [*BASE_CMAKE_FLAGS, *cmake_flags]
+    if spec.git:
+        assert spec.commit is not None
+        return build_tree_on_target(session, None, {"url": spec.git, "commit": spec.commit}, None, flags, patches,
+                                    say, targets)
+    prepared = prepare_source(spec, local_sources)  # download the sdist once, on the controller
+    return build_tree_on_target(session, prepared.tree, prepared.identity, prepared.commit, flags, patches, say,
+                                targets)
+
+
+def build_tree_on_target(session: Any, tree: Path | None, identity: dict[str, Any], commit: str | None,
+                         flags: list[str], patches: list[Path], say: Say,
+                         targets: tuple[str, ...] = DEFAULT_TARGETS, label: str = "llama.cpp") -> dict[str, Any]:
+    """Build ``targets`` on the board from a pristine ``tree`` pushed once (named by ``identity``), or, with
+    ``tree`` None, from the git ``identity`` {url, commit} the board fetches itself; exactly ``flags``."""
     name = session.target.name
     cache = board_cache(session.workdir)
     transport = session.transport
@@ -48,15 +63,13 @@ def build_on_target(session: Any, source: dict[str, Any], cmake_flags: list[str]
     board_patches = [{"path": f"{cache}/patches/{r['sha256'][:16]}.patch", "sha256": r["sha256"]}
                      for r in patch_records]
     board_source: dict[str, Any]
-    prepared = None
-    if spec.git:
-        board_source = {"kind": "git", "url": spec.git, "commit": spec.commit}
+    if tree is None:
+        board_source = {"kind": "git", "url": identity["url"], "commit": identity["commit"]}
     else:
-        prepared = prepare_source(spec, local_sources)  # download the sdist once, on the controller
-        identity_hash = hashlib.sha256(json.dumps(prepared.identity, sort_keys=True).encode()).hexdigest()[:16]
-        board_source = {"kind": "pushed", "identity": prepared.identity, "identity_hash": identity_hash,
-                        "commit": prepared.commit, "archive": f"{cache}/sources/{identity_hash}.tar.gz"}
-    build_spec = {"cache_dir": cache, "source": board_source, "flags": [*BASE_CMAKE_FLAGS, *cmake_flags],
+        identity_hash = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+        board_source = {"kind": "pushed", "identity": identity, "identity_hash": identity_hash,
+                        "commit": commit, "archive": f"{cache}/sources/{identity_hash}.tar.gz"}
+    build_spec = {"cache_dir": cache, "source": board_source, "flags": list(flags),
                   "patches": board_patches, "targets": list(targets)}
     spec_hash = hashlib.sha256(json.dumps(build_spec, sort_keys=True).encode()).hexdigest()[:16]
     spec_path = f"{cache}/specs/{spec_hash}.json"
@@ -68,11 +81,11 @@ def build_on_target(session: Any, source: dict[str, Any], cmake_flags: list[str]
             if not transport.exists(board["path"]):
                 transport.put(local["local"], board["path"])
                 sent += local["local"].stat().st_size
-        if prepared is not None and not transport.exists(board_source["archive"]):
-            say(f"{name}: pushing the llama.cpp source ({prepared.identity['kind']}) to {cache}/sources")
-            sent += _push_tree(transport, prepared.tree, board_source["archive"])
-        say(f"{name}: building llama.cpp on the board (log: {cache}/specs/{spec_hash}.log)")
-        record = _build(session, spec_path, f"{cache}/specs/{spec_hash}.log", say)
+        if tree is not None and not transport.exists(board_source["archive"]):
+            say(f"{name}: pushing the {label} source ({identity.get('kind')}) to {cache}/sources")
+            sent += _push_tree(transport, tree, board_source["archive"])
+        say(f"{name}: building {label} on the board (log: {cache}/specs/{spec_hash}.log)")
+        record = _build(session, spec_path, f"{cache}/specs/{spec_hash}.log", say, label)
     built = not record.pop("cached")  # the runner says whether its cache answered, on check and on build
     return {**record, "location": "target", "target": name, "built": built, "transferred_bytes": sent,
             "duration_s": round(time.monotonic() - started, 3)}
@@ -90,7 +103,7 @@ def _check(session: Any, spec_path: str) -> dict[str, Any] | None:
     return json.loads(done.stdout.decode().strip().splitlines()[-1])
 
 
-def _build(session: Any, spec_path: str, log: str, say: Say) -> dict[str, Any]:
+def _build(session: Any, spec_path: str, log: str, say: Say, label: str) -> dict[str, Any]:
     transport = session.transport
     pidfile = f"{log}.pid"
     transport.run(["rm", "-f", pidfile, log])  # start_detached returns the old pid while its pid file exists
@@ -110,7 +123,7 @@ def _build(session: Any, spec_path: str, log: str, say: Say) -> dict[str, Any]:
     if not isinstance(record, dict):
         errors = [ln for ln in lines if ln.startswith("error: ")]
         why = errors[-1][len("error: "):] if errors else (lines[-1] if lines else "the builder printed nothing")
-        raise BuildError(f"target {session.target.name}: llama.cpp build failed: {why}")
+        raise BuildError(f"target {session.target.name}: {label} build failed: {why}")
     return record
 
 

@@ -1,0 +1,39 @@
+"""The ``offcpu`` collector: exact off-CPU time per thread of the step's process from the scheduler's tracepoints
+(bpftrace; runner/collectors/offcpu.py), in the sampler's classes (fault_io, read_io, futex, gpu, idle, other) plus
+runqueue. Rows go to ``offcpu``; harness/analysis/offcpu.py turns two snapshots into shares of a window.
+
+Optional by default: where it cannot run (no root, no bpftrace, no tracefs or BTF) the preflight says why in one
+line and runs go on without it; ``optional: false`` makes it required.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from harness.collectors.base import CollectorKind, Rows, register_collector
+from harness.config.validate import StrictModel
+from harness.parsers import parse
+from harness.parsers.offcpu import offcpu_notes
+
+
+class OffcpuConfig(StrictModel):
+    period_ms: Annotated[int, Field(ge=50, le=60_000)] = 1000
+    optional: bool = True
+
+
+@register_collector
+class Offcpu(CollectorKind):
+    """Per thread and class: time asleep and the wait for a CPU after each wake-up, cumulative per snapshot."""
+
+    name, Config, table, raw_file, parser = "offcpu", OffcpuConfig, "offcpu", "offcpu.txt", "offcpu"
+
+    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+        raw = run_dir / self.raw_file
+        if not raw.exists():
+            return {}
+        data = raw.read_bytes()
+        notes = offcpu_notes(data)
+        return {self.table: [{**row, **notes} for row in parse(self.parser, data)]}

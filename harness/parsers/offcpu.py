@@ -1,0 +1,79 @@
+"""The offcpu collector's capture (``offcpu.txt``, runner/collectors/offcpu.py): bpftrace's exact off-CPU time of
+the step's threads, cumulative since its attach, one TAB-separated line per thread and key per snapshot.
+
+::
+
+    # harness-offcpu v1 pid=123 period_ms=1000 clock=monotonic arch=x86_64 bpftrace=v0.17.0 tracefs=mounted
+    s  t_ns tid class state syscall device blocked_ns runqueue_ns count comm
+    # stop t_ns=... snapshots=... cpu_s=... tracefs_restored=yes|no|- unwoken=N unseen=N
+
+``blocked_ns`` is the time asleep (switch-out to wake-up), ``runqueue_ns`` the wait for a CPU after the wake-up
+(for class ``runqueue``, state R: preempted, the whole time off CPU). Rows carry the header's ``pid``, ``arch``
+and ``bpftrace``. ``unwoken`` counts the sleeps whose wake-up bpftrace did not see (the sched_wakeup program is
+skipped when it interrupts another BPF program on that CPU): their wait for a CPU is counted as blocked. ``unseen``
+counts the switches back in that bpftrace missed (the off-CPU interval is then lost). Output of another version, or
+without the header, is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import header_fields, iter_lines, versioned_header
+from .base import ParseError, register_parser
+
+VERSION = "v1"
+HEADER = "# harness-offcpu"
+COLUMNS = ("t_ns", "tid", "class", "state", "syscall", "device", "blocked_ns", "runqueue_ns", "count", "comm")
+INTEGERS = ("t_ns", "tid", "blocked_ns", "runqueue_ns", "count")
+CLASSES = ("fault_io", "read_io", "futex", "gpu", "idle", "other", "runqueue")
+
+
+def _row(parts: list[str], number: int, facts: dict[str, Any]) -> dict[str, Any]:
+    if parts[0] != "s":
+        raise ParseError(f"unknown line kind {parts[0]!r} (expected s or a # comment)", line=number)
+    if len(parts) != len(COLUMNS) + 1:
+        raise ParseError(f"expected {len(COLUMNS) + 1} TAB-separated fields, got {len(parts)}", line=number)
+    row: dict[str, Any] = dict(zip(COLUMNS, parts[1:], strict=True))
+    for name in INTEGERS:
+        try:
+            row[name] = int(row[name])
+        except ValueError:
+            raise ParseError(f"{name} is not an integer: {row[name]!r}", line=number) from None
+    if row["class"] not in CLASSES:
+        raise ParseError(f"unknown class {row['class']!r} (known: {', '.join(CLASSES)})", line=number)
+    return {**row, **facts}
+
+
+@register_parser("offcpu")
+def parse_offcpu(data: bytes) -> list[dict[str, Any]]:
+    """One row per thread, class key (state, syscall, device) and snapshot, cumulative."""
+    rows: list[dict[str, Any]] = []
+    facts: dict[str, Any] | None = None
+    for number, raw in enumerate(iter_lines(data), start=1):
+        if not raw.strip():
+            continue
+        if facts is None:
+            if not raw.startswith(HEADER):
+                raise ParseError(f"no offcpu header: expected '{HEADER} {VERSION} ...' first, found "
+                                 f"{raw.strip()[:80]!r}", line=number)
+            fields = versioned_header(raw, number, "offcpu", VERSION)
+            if not fields.get("pid", "").isdigit():
+                raise ParseError(f"offcpu header without a numeric pid: {raw.strip()[:80]!r}", line=number)
+            facts = {"pid": int(fields["pid"]), "arch": fields.get("arch"), "bpftrace": fields.get("bpftrace")}
+            continue
+        if not raw.startswith("#"):
+            rows.append(_row(raw.rstrip("\r\n").split("\t"), number, facts))
+    if facts is None:
+        raise ParseError(f"no offcpu header: the output is empty (expected '{HEADER} {VERSION} ...')")
+    return rows
+
+
+def offcpu_notes(data: bytes) -> dict[str, str]:
+    """The ``# stop`` line's fields (the reader's CPU, snapshots, whether tracefs was restored) for each row."""
+    for raw in iter_lines(data):
+        if raw.startswith("# stop "):
+            stop = header_fields(raw)
+            keys = ("snapshots", "cpu_s", "tracefs_restored", "unwoken", "unseen")
+            return {f"collector_{key}": stop[key] for key in keys if key in stop}
+    return {}

@@ -1,0 +1,331 @@
+"""The ``offcpu`` collector: exact off-CPU time per thread of the step's main process, from the scheduler's own
+tracepoints through bpftrace -- the ground truth the counters and the sampler's classes are checked against, and
+an optional collector on boards whose kernel allows eBPF.
+
+bpftrace starts before the step, its probes attached before the step is spawned (it compiles first: 1-2 s idle, 8 s
+seen on a loaded machine), and follows every process the runner forks from then on (``sched_process_fork`` of the
+runner's pid); only the step's main process's threads are written. Per thread it keeps the syscall it is in
+(raw_syscalls sys_enter/sys_exit; the fd of an ioctl). At ``sched_switch`` a thread leaving the CPU is stamped with
+the time, its state (prev_state: D = uninterruptible, S = interruptible, neither = preempted, still runnable) and its
+syscall; ``sched_wakeup`` stamps when it became runnable again; when it is switched back in, the time blocked
+(switch-out to wake-up) and the time then spent waiting for a CPU (wake-up to switch-in) are added to its key
+(process, thread, syscall, state, ioctl fd). Every ``period_ms`` and at the end, bpftrace prints the cumulative maps
+(JSON); this module classifies each key into the sampler's classes and writes them (``offcpu.txt``, parsed by
+harness/parsers/offcpu.py)::
+
+    # harness-offcpu v1 pid=123 period_ms=1000 clock=monotonic arch=x86_64 bpftrace=v0.17.0 tracefs=mounted
+    s<TAB>t_ns<TAB>tid<TAB>class<TAB>state<TAB>syscall<TAB>device<TAB>blocked_ns<TAB>runqueue_ns<TAB>count<TAB>comm
+    # stop t_ns=... snapshots=... cpu_s=... tracefs_restored=...
+
+Classes: ``fault_io`` (D outside any syscall: a page fault waiting for its page), ``read_io`` (pread64, preadv,
+preadv2, io_uring_enter; read/readv in D -- a read/readv asleep in S waits for a pipe or socket: ``idle``), ``futex``,
+``gpu`` (ioctl on /dev/nvgpu*, /dev/nvmap, /dev/nvidia*, /dev/dri/*: the fd resolved once), ``idle`` (epoll, poll,
+select, nanosleep, clock_nanosleep), ``other``; and ``runqueue`` (preempted: runnable the whole time, state R; the
+syscall column says where: ``none`` = user code or a page fault's handler). A thread whose syscall is not known
+(it was inside one when tracing began) has syscall ``unknown``, class ``other``. Times are cumulative since the
+attach, so analyses take differences between snapshots, like the counters'. The ``# stop`` line counts the
+wake-ups bpftrace missed (``unwoken``: a program is skipped when it interrupts another BPF program on its CPU; that
+sleep's wait for a CPU is then counted as blocked) and the context switches it missed (``unseen``: a switch in or out
+whose program was skipped; that interval is lost).
+
+tracefs (/sys/kernel/tracing) is mounted for the run when it is not, and unmounted after only if this collector
+mounted it (on every way out: stop, a bpftrace that fails, an exception). A runner killed outright leaves it
+mounted, which is the distributions' default state anyway.
+"""
+
+import fnmatch
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+from runner.util import run_tool
+
+VERSION = "v1"
+TRACEFS = "/sys/kernel/tracing"
+ATTACH_TIMEOUT_S = 60  # bpftrace compiles and loads first: 1-2 s on an idle machine, 8 s seen on a loaded one
+GPU_DEVICES = ("/dev/nvgpu*", "/dev/nvgpu/*", "/dev/nvmap", "/dev/nvidia*", "/dev/dri/*")
+# syscall numbers of the classes (asm/unistd_64.h, asm-generic/unistd.h); futex_wake/wait/requeue (454-456, Linux
+# 6.7) and io_uring_enter, futex_waitv, epoll_pwait2 have one number on every architecture
+_COMMON = {"io_uring_enter": 426, "futex_waitv": 449, "epoll_pwait2": 441, "futex_wake": 454, "futex_wait": 455,
+           "futex_requeue": 456}
+SYSCALLS = {
+    "x86_64": dict(_COMMON, read=0, pread64=17, readv=19, preadv=295, preadv2=327, futex=202, ioctl=16, poll=7,
+                   select=23, nanosleep=35, epoll_wait=232, clock_nanosleep=230, epoll_pwait=281, ppoll=271,
+                   pselect6=270, write=1, openat=257, close=3, mmap=9, munmap=11, madvise=28, fadvise64=221,
+                   sched_yield=24, wait4=61, exit=60, exit_group=231, recvfrom=45, sendto=44, recvmsg=47,
+                   sendmsg=46, accept4=288, fsync=74, msync=26, mlock=149, execve=59),
+    "aarch64": dict(_COMMON, read=63, pread64=67, readv=65, preadv=69, preadv2=286, futex=98, ioctl=29,
+                    nanosleep=101, clock_nanosleep=115, epoll_pwait=22, ppoll=73, pselect6=72, write=64, openat=56,
+                    close=57, mmap=222, munmap=215, madvise=233, fadvise64=223, sched_yield=124, wait4=260, exit=93,
+                    exit_group=94, recvfrom=207, sendto=206, recvmsg=212, sendmsg=211, accept4=242, fsync=82,
+                    msync=227, mlock=228, execve=221),
+}  # the rest of the table only names what a thread was in (class other): a number not named here is nrN
+ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64"}
+READS = ("pread64", "preadv", "preadv2", "io_uring_enter")  # file reads in any state
+STREAM_READS = ("read", "readv")  # a file in D, a pipe or a socket in S
+FUTEXES = ("futex", "futex_waitv", "futex_wake", "futex_wait", "futex_requeue")
+IDLE = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "nanosleep",
+        "clock_nanosleep")
+CLASSES = ("fault_io", "read_io", "futex", "gpu", "idle", "other", "runqueue")
+# bpftrace's keys: the syscall -1 = none, -2 = not known yet; the state 1 = D, 0 = S, 2 = other, 3 = preempted
+NO_SYSCALL, UNKNOWN = -1, -2
+STATES = {0: "S", 1: "D", 2: "other", 3: "R"}
+
+SCRIPT = r"""
+BEGIN { printf("attached\n"); }
+tracepoint:sched:sched_process_fork /pid == RUNNER/ { @traced[args->child_pid] = 1; }
+tracepoint:raw_syscalls:sys_enter /@traced[pid]/ {
+  @nr[tid] = args->id + 1;
+  if (args->id == IOCTL) { @fd[tid] = args->args[0]; }
+}
+tracepoint:raw_syscalls:sys_exit /@traced[pid]/ { @nr[tid] = -1; }
+tracepoint:sched:sched_switch {
+  if (@traced[pid]) {
+    $prev = args->prev_pid;
+    $state = args->prev_state;
+    if (@since[$prev] > 0) { @unseen = count(); }
+    @since[$prev] = nsecs;
+    @tgid[$prev] = pid;
+    @comm[$prev] = comm;
+    @woke[$prev] = (uint64)0;
+    @d[$prev] = 2;
+    $nr = @nr[$prev];
+    if ($nr == 0) { @why[$prev] = -2; } else { if ($nr < 0) { @why[$prev] = -1; } else { @why[$prev] = $nr - 1; } }
+    if (($state & 3) == 0) { @woke[$prev] = nsecs; @d[$prev] = 3; }
+    else { if ($state & 2) { @d[$prev] = 1; } else { @d[$prev] = 0; } }
+  }
+  $next = args->next_pid;
+  $t0 = @since[$next];
+  if ($t0 == 0 && @tgid[$next] > 0) { @unseen = count(); }
+  if ($t0 > 0) {
+    $now = nsecs;
+    $w = $now;
+    if (@woke[$next] > 0) { $w = @woke[$next]; } else { @unwoken = count(); }
+    $why = @why[$next];
+    $fd = -1;
+    if ($why == IOCTL) { $fd = @fd[$next]; }
+    @blocked[@tgid[$next], $next, $why, @d[$next], $fd] = sum($w - $t0);
+    @waited[@tgid[$next], $next, $why, @d[$next], $fd] = sum($now - $w);
+    @n[@tgid[$next], $next, $why, @d[$next], $fd] = count();
+    delete(@since[$next]);
+  }
+}
+tracepoint:sched:sched_wakeup /@since[args->pid] > 0/ {
+  if (@woke[args->pid] == 0) { @woke[args->pid] = nsecs; }
+}
+interval:ms:PERIOD_MS { printf("t %lld\n", nsecs); print(@blocked); print(@waited); print(@n); print(@comm); }
+END {
+  printf("t %lld\n", nsecs); print(@blocked); print(@waited); print(@n); print(@comm); print(@unwoken);
+  print(@unseen); clear(@unseen); clear(@unwoken); clear(@blocked); clear(@waited); clear(@n); clear(@comm);
+  clear(@nr); clear(@fd); clear(@since); clear(@woke); clear(@why); clear(@d); clear(@tgid); clear(@traced);
+}
+"""
+
+
+def arch():
+    machine = os.uname().machine
+    return ARCH_ALIASES.get(machine, machine)
+
+
+def _tracefs_events():
+    """The tracefs events directory already there (tracefs or debugfs's tracing), else None."""
+    for base in (TRACEFS, "/sys/kernel/debug/tracing"):
+        if os.path.isdir(os.path.join(base, "events", "sched")):
+            return base
+    return None
+
+
+def unavailable_reason():
+    """None when offcpu can run here, else one line saying why not."""
+    if os.uname().sysname != "Linux":
+        return "offcpu needs Linux eBPF (bpftrace)"
+    if not shutil.which("bpftrace"):
+        return "bpftrace not found on PATH (apt install bpftrace)"
+    if os.geteuid() != 0:
+        return "offcpu needs root (bpftrace loads eBPF programs)"
+    if arch() not in SYSCALLS:
+        return "offcpu has no syscall table for %s (known: %s)" % (arch(), ", ".join(sorted(SYSCALLS)))
+    if _tracefs_events() is None and not os.path.isdir(TRACEFS):
+        return "no tracefs: %s is missing (kernel without CONFIG_FTRACE)" % TRACEFS
+    if not os.path.exists("/sys/kernel/btf/vmlinux") and not glob.glob("/lib/modules/%s/build" % os.uname().release):
+        return "no kernel BTF (/sys/kernel/btf/vmlinux) nor headers: bpftrace cannot read tracepoint arguments"
+    return None
+
+
+def classify(syscall, state, device):
+    """The class of one key: syscall name (or 'none', 'unknown'), state D/S/R/other, ioctl's device."""
+    if state == "R":
+        return "runqueue"
+    if syscall == "none":
+        return "fault_io" if state == "D" else "other"
+    if syscall in READS or (syscall in STREAM_READS and state == "D"):
+        return "read_io"
+    if syscall in FUTEXES:
+        return "futex"
+    if syscall in IDLE or syscall in STREAM_READS:
+        return "idle"
+    if syscall == "ioctl" and device and any(fnmatch.fnmatch(device, p) for p in GPU_DEVICES):
+        return "gpu"
+    return "other"
+
+
+class Offcpu:
+    """bpftrace following the runner's children: ``start`` before the step (waits until its probes are attached),
+    ``follow(pid)`` when the step spawns (its threads are the ones written), ``stop`` at the end."""
+
+    def __init__(self, period_ms, out_path, attach_timeout_s=ATTACH_TIMEOUT_S):
+        self.argv = ["offcpu"]  # the shape Collectors looks at
+        self.period_ms, self.out_path, self.attach_timeout_s = period_ms, out_path, attach_timeout_s
+        self.proc = self.reader = self.out = self.err = self.pid = None
+        self.attached, self.ready = threading.Event(), False
+        self.mounted = False
+        self.error = None
+        self.snapshots = self.unwoken = self.unseen = 0
+        self.names = {number: name for name, number in SYSCALLS[arch()].items()}
+        self.devices = {}
+
+    def _mount(self):
+        if _tracefs_events() is not None:
+            return
+        _out, error = run_tool(["mount", "-t", "tracefs", "nodev", TRACEFS])
+        if error:
+            raise OSError("cannot mount tracefs at %s: %s" % (TRACEFS, error))
+        self.mounted = True
+
+    def _unmount(self):
+        if not self.mounted:
+            return "-"
+        _out, error = run_tool(["umount", TRACEFS])
+        if error:
+            self.error = self.error or "offcpu: tracefs left mounted: %s" % error
+            return "no"
+        self.mounted = False
+        return "yes"
+
+    def start(self):
+        """Mount tracefs if needed and start bpftrace on the runner's future children; returns once its probes are
+        attached (the step starts after), or with ``error`` set (then the run goes on without it)."""
+        script = (SCRIPT.replace("PERIOD_MS", str(self.period_ms)).replace("IOCTL", str(SYSCALLS[arch()]["ioctl"]))
+                  .replace("RUNNER", str(os.getpid())))
+        try:
+            self._mount()
+            self.err = open(self.out_path + ".stderr", "wb")
+            self.proc = subprocess.Popen(["bpftrace", "-f", "json", "-e", script], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=self.err)
+        except OSError as exc:
+            self.error = "offcpu: %s" % exc
+            self._unmount()
+            return
+        self.reader = threading.Thread(target=self._read, name="collector-offcpu", daemon=True)
+        self.reader.start()
+        self.attached.wait(self.attach_timeout_s)
+        if not self.ready:
+            self._end_bpftrace()
+            self.error = self.error or ("offcpu: bpftrace did not attach its probes (waited up to %d s): %s"
+                                        % (self.attach_timeout_s, self._stderr_tail()))
+
+    def follow(self, pid):
+        """The step's main process: from the next snapshot on, its threads are written."""
+        version = (run_tool(["bpftrace", "--version"])[0] or "").split()
+        self.out = open(self.out_path, "w")
+        self.out.write("# harness-offcpu %s pid=%d period_ms=%d clock=monotonic arch=%s bpftrace=%s tracefs=%s\n"
+                       % (VERSION, pid, self.period_ms, arch(), version[-1] if version else "unknown",
+                          "mounted" if self.mounted else "present"))
+        self.out.flush()
+        self.pid = pid
+
+    def _device(self, fd):
+        if fd not in self.devices:
+            try:
+                self.devices[fd] = os.readlink("/proc/%d/fd/%d" % (self.pid, fd))
+            except OSError:
+                self.devices[fd] = "?"
+        return self.devices[fd]
+
+    def _key(self, text):
+        """'tgid,tid,syscall,state,fd' -> (tgid, tid, syscall name, state, device)."""
+        tgid, tid, why, state, fd = (int(part) for part in text.split(","))
+        syscall = {NO_SYSCALL: "none", UNKNOWN: "unknown"}.get(why) or self.names.get(why, "nr%d" % why)
+        return tgid, tid, syscall, STATES.get(state, "other"), self._device(fd) if fd >= 0 else "-"
+
+    def _write(self, t_ns, maps):
+        pid, out = self.pid, self.out
+        if pid is None or out is None:
+            return  # before the step: nothing of its own yet
+        lines = []
+        comms = maps.get("@comm") or {}
+        waited, counts = maps.get("@waited") or {}, maps.get("@n") or {}
+        for key, blocked in sorted((maps.get("@blocked") or {}).items()):
+            tgid, tid, syscall, state, device = self._key(key)
+            if tgid != pid:
+                continue  # another child of the runner (a sampler, a tool)
+            lines.append("s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n" % (
+                t_ns, tid, classify(syscall, state, device), state, syscall, device.replace("\t", " "), blocked,
+                waited.get(key, 0), counts.get(key, 0), str(comms.get(str(tid), "?")).replace("\t", " ")))
+        out.write("".join(lines))
+        out.flush()
+        self.snapshots += 1
+
+    def _read(self):
+        started_cpu = time.thread_time()
+        t_ns, maps = None, {}
+        try:
+            for raw in self.proc.stdout:
+                item = json.loads(raw) if raw.strip().startswith(b"{") else {}
+                kind = item.get("type")
+                if kind == "printf" and item["data"] == "attached\n":
+                    self.ready = True  # BEGIN runs once every probe is attached ("attached_probes" comes before)
+                    self.attached.set()
+                elif kind == "printf" and item["data"].startswith("t "):
+                    if t_ns is not None:
+                        self._write(t_ns, maps)
+                    t_ns, maps = int(item["data"].split()[1]), {}
+                elif kind == "map":
+                    maps.update(item["data"])
+                    self.unwoken = int(maps.get("@unwoken") or self.unwoken)
+                    self.unseen = int(maps.get("@unseen") or self.unseen)
+            if t_ns is not None:
+                self._write(t_ns, maps)
+        except (ValueError, OSError) as exc:  # reported in the run record, never kills the run
+            self.error = "offcpu: %r" % exc
+        self.attached.set()  # bpftrace is gone: start() need not wait any longer
+        self.cpu_s = time.thread_time() - started_cpu
+
+    def _end_bpftrace(self, timeout=10.0):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # END prints the last snapshot
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout)
+
+    def stop(self):
+        if self.proc is not None:
+            self._end_bpftrace()
+            if self.proc.returncode not in (0, -signal.SIGINT) and not self.error:
+                self.error = "offcpu: bpftrace exited %s: %s" % (self.proc.returncode, self._stderr_tail())
+            self.err.close()
+            self.proc = None
+        restored = self._unmount()
+        if self.out is not None:
+            self.out.write("# stop t_ns=%d snapshots=%d cpu_s=%.6f tracefs_restored=%s unwoken=%d unseen=%d\n"
+                           % (time.monotonic_ns(), self.snapshots, getattr(self, "cpu_s", 0.0), restored,
+                              self.unwoken, self.unseen))
+            self.out.close()
+            self.out = None
+        return self.error
+
+    def _stderr_tail(self):
+        """bpftrace's last ERROR line (its messages end with the source line and a ~~~ marker), else its last line."""
+        with open(self.out_path + ".stderr", "rb") as err:
+            lines = [line.strip() for line in err.read().decode(errors="replace").splitlines()
+                     if line.strip() and "RLIMIT_MEMLOCK" not in line]
+        errors = [line for line in lines if "ERROR" in line]
+        return ((errors or lines or ["no message"])[-1])[:300]

@@ -1,0 +1,497 @@
+/*
+ * counters: the periodic reads of the counters collector (runner/collectors/counters.py) in C -- per thread of one
+ * process, every period: /proc/PID/task/TID/schedstat and stat (and status when taskstats is not used), the
+ * taskstats delay totals over generic netlink, and PSI totals. The Python collector writes the header and the
+ * "# stop" line; this program appends the data lines in the format harness/parsers/counters.py reads:
+ *
+ *   t  t_ns tid run_ns runqueue_ns timeslices utime_ticks stime_ticks blkio_ticks nvcsw nivcsw cpu_delay_ns
+ *      blkio_delay_ns swapin_delay_ns thrashing_delay_ns freepages_delay_ns compact_delay_ns comm
+ *   p  t_ns memory_some_us memory_full_us io_some_us io_full_us
+ *
+ *   counters --pid PID --period-ms MS --out FILE [--taskstats] [--psi MEMORY_FILE --psi IO_FILE]
+ *
+ * Reads now, every period, and once more at SIGTERM/SIGINT; then prints "reads=N overruns=N cpu_s=S" on stdout.
+ * A read that takes longer than the period is skipped, never caught up in bursts (overruns). "-" marks a value the
+ * kernel did not give. Files stay open and are re-read with pread (a /proc read is then a few microseconds).
+ *
+ * Linux only (procfs, netlink).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/genetlink.h>
+#include <linux/netlink.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_THREADS 4096
+#define TASKSTATS_CMD_GET 1
+#define TASKSTATS_CMD_ATTR_PID 1
+#define TASKSTATS_TYPE_PID 1
+#define TASKSTATS_TYPE_STATS 3
+#define TASKSTATS_TYPE_AGGR_PID 4
+
+/* byte offsets of the u64 fields read from struct taskstats (linux/taskstats.h; the struct only grows at its end) */
+static const int DELAY_OFFSETS[] = {24, 40, 56, 336, 320, 360}; /* cpu, blkio, swapin, thrashing, freepages, compact */
+#define N_DELAYS 6
+#define NVCSW_OFFSET 272
+#define NIVCSW_OFFSET 280
+#define COMM_OFFSET 80 /* char ac_comm[32] */
+
+#define UTIME_US_OFFSET 152
+#define STIME_US_OFFSET 160
+
+struct thread {
+    long tid;
+    int schedstat_fd, stat_fd, status_fd;
+    int seen; /* in the latest listing */
+    int has_stats;
+    uint64_t delays[N_DELAYS], nvcsw, nivcsw, utime_us, stime_us;
+    int has_delay[N_DELAYS];
+    char comm[33];
+};
+
+static struct thread threads[MAX_THREADS];
+static int n_threads;
+static volatile sig_atomic_t stopping;
+static int nl_fd = -1, family_id;
+static uint32_t nl_seq;
+static char task_dir[64];
+static const char *psi_paths[2];
+static int psi_fds[2] = {-1, -1};
+static int n_psi;
+static int task_dir_fd = -1, listed_threads = -1, reads_since_listing, thread_gone;
+static FILE *out;
+static unsigned long long clk_tck = 100;
+
+static void on_signal(int sig) { (void)sig; stopping = 1; }
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static ssize_t read_at0(int fd, char *buf, size_t cap) {
+    ssize_t n = pread(fd, buf, cap - 1, 0);
+    if (n < 0)
+        return -1;
+    buf[n] = 0;
+    return n;
+}
+
+/* ------------------------------------------------------------------------------------------- taskstats (netlink) */
+
+static int nl_attr(char *at, int type, const void *data, int len) {
+    struct nlattr *a = (struct nlattr *)at;
+    a->nla_type = (unsigned short)type;
+    a->nla_len = (unsigned short)(NLA_HDRLEN + len);
+    memcpy(at + NLA_HDRLEN, data, (size_t)len);
+    return NLA_ALIGN(a->nla_len);
+}
+
+static int nl_message(char *at, int type, int cmd, int attr_type, const void *data, int len) {
+    struct nlmsghdr *n = (struct nlmsghdr *)at;
+    struct genlmsghdr *g = (struct genlmsghdr *)(at + NLMSG_HDRLEN);
+    memset(n, 0, NLMSG_HDRLEN + GENL_HDRLEN);
+    g->cmd = (unsigned char)cmd;
+    g->version = 1;
+    int size = NLMSG_HDRLEN + GENL_HDRLEN + nl_attr(at + NLMSG_HDRLEN + GENL_HDRLEN, attr_type, data, len);
+    n->nlmsg_len = (unsigned)size;
+    n->nlmsg_type = (unsigned short)type;
+    n->nlmsg_flags = NLM_F_REQUEST;
+    n->nlmsg_seq = ++nl_seq;
+    return NLMSG_ALIGN(size);
+}
+
+/* the first attribute of ``type`` in [at, end), or NULL */
+static struct nlattr *nl_find(char *at, char *end, int type) {
+    while (at + NLA_HDRLEN <= end) {
+        struct nlattr *a = (struct nlattr *)at;
+        if (a->nla_len < NLA_HDRLEN || at + a->nla_len > end)
+            return NULL;
+        if ((a->nla_type & NLA_TYPE_MASK) == type)
+            return a;
+        at += NLA_ALIGN(a->nla_len);
+    }
+    return NULL;
+}
+
+static int taskstats_open(void) {
+    static char buf[8192];
+    nl_fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_GENERIC);
+    if (nl_fd < 0)
+        return -1;
+    struct timeval timeout = {1, 0};
+    setsockopt(nl_fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    int size = nl_message(buf, GENL_ID_CTRL, CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_NAME, "TASKSTATS", 10);
+    if (send(nl_fd, buf, (size_t)size, 0) < 0)
+        return -1;
+    ssize_t got = recv(nl_fd, buf, sizeof buf, 0);
+    if (got < (ssize_t)(NLMSG_HDRLEN + GENL_HDRLEN) || ((struct nlmsghdr *)buf)->nlmsg_type == NLMSG_ERROR)
+        return -1;
+    struct nlattr *id = nl_find(buf + NLMSG_HDRLEN + GENL_HDRLEN, buf + got, CTRL_ATTR_FAMILY_ID);
+    if (!id)
+        return -1;
+    memcpy(&family_id, (char *)id + NLA_HDRLEN, 2);
+    family_id &= 0xffff;
+    return 0;
+}
+
+static struct thread *find(long tid) {
+    for (int i = 0; i < n_threads; i++)
+        if (threads[i].tid == tid)
+            return &threads[i];
+    return NULL;
+}
+
+static void taskstats_reply(char *msg, char *end) {
+    struct nlattr *aggr = nl_find(msg + NLMSG_HDRLEN + GENL_HDRLEN, end, TASKSTATS_TYPE_AGGR_PID);
+    if (!aggr)
+        return;
+    char *inner = (char *)aggr + NLA_HDRLEN, *inner_end = (char *)aggr + aggr->nla_len;
+    struct nlattr *pid = nl_find(inner, inner_end, TASKSTATS_TYPE_PID);
+    struct nlattr *stats = nl_find(inner, inner_end, TASKSTATS_TYPE_STATS);
+    if (!pid || !stats)
+        return;
+    uint32_t tid;
+    memcpy(&tid, (char *)pid + NLA_HDRLEN, 4);
+    struct thread *t = find((long)tid);
+    if (!t)
+        return;
+    char *s = (char *)stats + NLA_HDRLEN;
+    int len = stats->nla_len - NLA_HDRLEN;
+    for (int i = 0; i < N_DELAYS; i++) {
+        t->has_delay[i] = DELAY_OFFSETS[i] + 8 <= len;
+        if (t->has_delay[i])
+            memcpy(&t->delays[i], s + DELAY_OFFSETS[i], 8);
+    }
+    if (NIVCSW_OFFSET + 8 <= len) {
+        memcpy(&t->nvcsw, s + NVCSW_OFFSET, 8);
+        memcpy(&t->nivcsw, s + NIVCSW_OFFSET, 8);
+        memcpy(&t->utime_us, s + UTIME_US_OFFSET, 8);
+        memcpy(&t->stime_us, s + STIME_US_OFFSET, 8);
+        memcpy(t->comm, s + COMM_OFFSET, 32);
+        t->comm[32] = 0;
+        t->has_stats = 1;
+    }
+}
+
+/* one datagram asking for every thread, then the answers (a thread gone since the listing answers ESRCH) */
+static void taskstats_read(void) {
+    static char request[MAX_THREADS * 32], reply[64 * 1024];
+    int size = 0, asked = 0;
+    uint32_t first = nl_seq + 1;
+    for (int i = 0; i < n_threads; i++) {
+        uint32_t tid = (uint32_t)threads[i].tid;
+        threads[i].has_stats = 0;
+        size += nl_message(request + size, family_id, TASKSTATS_CMD_GET, TASKSTATS_CMD_ATTR_PID, &tid, 4);
+        asked++;
+    }
+    if (asked == 0 || send(nl_fd, request, (size_t)size, 0) < 0)
+        return;
+    /* one reply datagram per thread: taken many at a time (recvmmsg), not one recv each */
+    static struct mmsghdr msgs[64];
+    static struct iovec iovs[64];
+    for (int i = 0; i < 64; i++) {
+        iovs[i].iov_base = reply + i * 1024;
+        iovs[i].iov_len = 1024;
+        msgs[i].msg_hdr.msg_iov = &iovs[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int answered = 0, stats_seen = 0;
+    while (answered < asked) {
+        int count = recvmmsg(nl_fd, msgs, 64, MSG_WAITFORONE, NULL);
+        if (count <= 0)
+            break; /* timed out: this read goes without the rest */
+        for (int m = 0; m < count; m++) {
+            char *datagram = iovs[m].iov_base;
+            int got = (int)msgs[m].msg_len;
+        for (char *at = datagram; at + NLMSG_HDRLEN <= datagram + got;) {
+            struct nlmsghdr *n = (struct nlmsghdr *)at;
+            if (n->nlmsg_len < NLMSG_HDRLEN || at + n->nlmsg_len > datagram + got)
+                break;
+            if (n->nlmsg_seq >= first) {
+                answered++;
+                if (n->nlmsg_type != NLMSG_ERROR && n->nlmsg_type != NLMSG_DONE) {
+                    taskstats_reply(at, at + n->nlmsg_len);
+                    stats_seen++;
+                }
+            }
+            at += NLMSG_ALIGN(n->nlmsg_len);
+        }
+        }
+    }
+    if (stats_seen < asked)
+        thread_gone = 1; /* ESRCH: exited since the listing */
+}
+
+/* ------------------------------------------------------------------------------------------------------ /proc */
+
+static int open_in(long tid, const char *name) {
+    char path[96];
+    snprintf(path, sizeof path, "%s/%ld/%s", task_dir, tid, name);
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+static void close_thread(struct thread *t) {
+    if (t->schedstat_fd >= 0)
+        close(t->schedstat_fd);
+    if (t->stat_fd >= 0)
+        close(t->stat_fd);
+    if (t->status_fd >= 0)
+        close(t->status_fd);
+}
+
+/* the thread count of the process: /proc/PID/task's link count is 2 + its threads (an fstat: far cheaper than
+ * listing the directory), -1 once it is gone */
+static int thread_count(void) {
+    struct stat st;
+    if (task_dir_fd < 0)
+        task_dir_fd = open(task_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (task_dir_fd < 0 || fstat(task_dir_fd, &st) != 0)
+        return -1;
+    return (int)st.st_nlink - 2;
+}
+
+/* the threads of the process now: new ones opened, gone ones closed -- listed again only when the count changed,
+ * a thread was found gone, or every 10th read (a thread that ended while another began keeps the count) */
+static void list_threads(void) {
+    int count = thread_count();
+    if (count == listed_threads && !thread_gone && ++reads_since_listing < 10)
+        return;
+    listed_threads = count;
+    reads_since_listing = 0;
+    thread_gone = 0;
+    DIR *dir = opendir(task_dir);
+    for (int i = 0; i < n_threads; i++)
+        threads[i].seen = 0;
+    struct dirent *entry;
+    while (dir && (entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9')
+            continue;
+        long tid = atol(entry->d_name);
+        struct thread *t = find(tid);
+        if (!t && n_threads < MAX_THREADS) {
+            t = &threads[n_threads];
+            memset(t, 0, sizeof *t);
+            t->tid = tid;
+            /* taskstats gives what stat and status would (cheaper: one datagram per read); schedstat stays: its
+             * on-CPU time is exact, taskstats' cpu_run_real_total is utime + stime in ticks */
+            t->schedstat_fd = open_in(tid, "schedstat");
+            t->stat_fd = nl_fd < 0 ? open_in(tid, "stat") : -1;
+            t->status_fd = nl_fd < 0 ? open_in(tid, "status") : -1;
+            if (t->schedstat_fd < 0 || (nl_fd < 0 && t->stat_fd < 0)) { /* exited since the listing */
+                close_thread(t);
+                continue;
+            }
+            n_threads++;
+        }
+        if (t)
+            t->seen = 1;
+    }
+    if (dir)
+        closedir(dir);
+    for (int i = 0; i < n_threads;) {
+        if (!threads[i].seen) {
+            close_thread(&threads[i]);
+            threads[i] = threads[--n_threads];
+        } else {
+            i++;
+        }
+    }
+}
+
+static void status_switches(int fd, char *nvcsw, char *nivcsw) {
+    char buf[4096];
+    strcpy(nvcsw, "-");
+    strcpy(nivcsw, "-");
+    if (fd < 0 || read_at0(fd, buf, sizeof buf) <= 0)
+        return;
+    char *at = strstr(buf, "\nvoluntary_ctxt_switches:");
+    if (at)
+        snprintf(nvcsw, 24, "%llu", strtoull(at + 25, NULL, 10));
+    at = strstr(buf, "\nnonvoluntary_ctxt_switches:");
+    if (at)
+        snprintf(nivcsw, 24, "%llu", strtoull(at + 28, NULL, 10));
+}
+
+/* the value into buf, or "-" when the kernel did not give it */
+static void number(char *buf, int has, uint64_t value) {
+    if (has)
+        snprintf(buf, 24, "%llu", (unsigned long long)value);
+    else
+        strcpy(buf, "-");
+}
+
+static void clean_comm(char *comm) {
+    for (char *c = comm; *c; c++)
+        if (*c == '\t' || *c == '\n')
+            *c = ' ';
+}
+
+/* with taskstats: schedstat from /proc, the rest from the netlink answer (utime/stime in clock ticks as stat gives
+ * them; blkio ticks = (blkio + swapin delay) in ticks, which is how the kernel computes stat's field 42) */
+static void write_from_taskstats(struct thread *t, const char *sched, int64_t now) {
+    unsigned long long run = 0, wait = 0, slices = 0;
+    if (!t->has_stats || sscanf(sched, "%llu %llu %llu", &run, &wait, &slices) != 3)
+        return; /* exited since the listing */
+    char d[N_DELAYS][24], blkio_ticks[24];
+    for (int i = 0; i < N_DELAYS; i++)
+        number(d[i], t->has_delay[i], t->delays[i]);
+    number(blkio_ticks, t->has_delay[1] && t->has_delay[2], (t->delays[1] + t->delays[2]) / (1000000000ULL / clk_tck));
+    clean_comm(t->comm);
+    fprintf(out, "t\t%lld\t%ld\t%llu\t%llu\t%llu\t%llu\t%llu\t%s\t%llu\t%llu\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+            (long long)now, t->tid, run, wait, slices, (unsigned long long)(t->utime_us * clk_tck / 1000000),
+            (unsigned long long)(t->stime_us * clk_tck / 1000000), blkio_ticks, (unsigned long long)t->nvcsw,
+            (unsigned long long)t->nivcsw, d[0], d[1], d[2], d[3], d[4], d[5], t->comm);
+}
+
+static void write_thread(struct thread *t) {
+    char sched[256], stat[1024];
+    if (read_at0(t->schedstat_fd, sched, sizeof sched) <= 0) {
+        thread_gone = 1; /* exited since the listing */
+        return;
+    }
+    if (nl_fd >= 0) {
+        write_from_taskstats(t, sched, mono_ns());
+        return;
+    }
+    if (read_at0(t->stat_fd, stat, sizeof stat) <= 0)
+        return;
+    int64_t now = mono_ns();
+    char *open_paren = strchr(stat, '('), *close_paren = strrchr(stat, ')');
+    if (!open_paren || !close_paren)
+        return;
+    *close_paren = 0;
+    char comm[64];
+    snprintf(comm, sizeof comm, "%s", open_paren + 1);
+    clean_comm(comm);
+    /* stat after comm: field 3 is index 0, so utime (14) is 11, stime (15) 12, blkio ticks (42) 39 */
+    char *fields[64];
+    int n = 0;
+    for (char *tok = strtok(close_paren + 2, " \n"); tok && n < 64; tok = strtok(NULL, " \n"))
+        fields[n++] = tok;
+    unsigned long long run = 0, wait = 0, slices = 0;
+    if (n < 13 || sscanf(sched, "%llu %llu %llu", &run, &wait, &slices) != 3)
+        return;
+    char nvcsw[24], nivcsw[24];
+    status_switches(t->status_fd, nvcsw, nivcsw);
+    fprintf(out, "t\t%lld\t%ld\t%llu\t%llu\t%llu\t%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t%s\n", (long long)now, t->tid,
+            run, wait, slices, fields[11], fields[12], n > 39 ? fields[39] : "-", nvcsw, nivcsw, comm);
+}
+
+/* (some total, full total) of a PSI file, "-" where missing */
+static void psi_totals(int i, char *some, char *full) {
+    char buf[512];
+    strcpy(some, "-");
+    strcpy(full, "-");
+    if (psi_fds[i] < 0)
+        psi_fds[i] = open(psi_paths[i], O_RDONLY | O_CLOEXEC); /* kept open, re-read with pread */
+    ssize_t n = psi_fds[i] < 0 ? -1 : read_at0(psi_fds[i], buf, sizeof buf);
+    for (char *line = n > 0 ? buf : NULL; line && *line;) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        char *total = strstr(line, "total=");
+        if (total && !strncmp(line, "some", 4))
+            snprintf(some, 24, "%s", total + 6);
+        else if (total && !strncmp(line, "full", 4))
+            snprintf(full, 24, "%s", total + 6);
+        line = next;
+    }
+}
+
+static void read_once(void) {
+    list_threads();
+    if (nl_fd >= 0)
+        taskstats_read();
+    for (int i = 0; i < n_threads; i++)
+        write_thread(&threads[i]);
+    if (n_psi > 0) {
+        char totals[2][2][24];
+        for (int i = 0; i < n_psi; i++)
+            psi_totals(i, totals[i][0], totals[i][1]);
+        fprintf(out, "p\t%lld", (long long)mono_ns());
+        for (int i = 0; i < n_psi; i++)
+            fprintf(out, "\t%s\t%s", totals[i][0], totals[i][1]);
+        fprintf(out, "\n");
+    }
+    fflush(out);
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: counters --pid PID --period-ms MS --out FILE [--taskstats] [--psi FILE --psi FILE]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    long pid = 0, period_ms = 100;
+    const char *out_path = NULL;
+    int want_taskstats = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--taskstats")) {
+            want_taskstats = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            usage();
+        const char *val = argv[++i];
+        if (!strcmp(argv[i - 1], "--pid")) pid = atol(val);
+        else if (!strcmp(argv[i - 1], "--period-ms")) period_ms = atol(val);
+        else if (!strcmp(argv[i - 1], "--out")) out_path = val;
+        else if (!strcmp(argv[i - 1], "--psi") && n_psi < 2) psi_paths[n_psi++] = val;
+        else usage();
+    }
+    if (pid <= 0 || period_ms <= 0 || !out_path)
+        usage();
+    snprintf(task_dir, sizeof task_dir, "/proc/%ld/task", pid);
+    clk_tck = (unsigned long long)sysconf(_SC_CLK_TCK);
+    out = fopen(out_path, "a");
+    if (!out) {
+        fprintf(stderr, "counters: cannot write %s: %s\n", out_path, strerror(errno));
+        return 1;
+    }
+    if (want_taskstats && taskstats_open() != 0) {
+        fprintf(stderr, "counters: taskstats not usable: %s\n", strerror(errno));
+        if (nl_fd >= 0)
+            close(nl_fd);
+        nl_fd = -1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    long reads = 0, overruns = 0;
+    int64_t period = period_ms * 1000000LL, due = mono_ns();
+    while (!stopping) {
+        read_once();
+        reads++;
+        due += period;
+        int64_t now = mono_ns();
+        if (now > due) { /* a read took longer than the period: skip, never catch up in bursts */
+            overruns++;
+            due = now;
+            continue;
+        }
+        struct timespec wait = {(time_t)((due - now) / 1000000000LL), (long)((due - now) % 1000000000LL)};
+        nanosleep(&wait, NULL); /* a signal ends it early: then the loop stops */
+    }
+    read_once(); /* the end: deltas cover the whole step */
+    reads++;
+    fclose(out);
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    printf("reads=%ld overruns=%ld cpu_s=%.6f\n", reads, overruns,
+           usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6);
+    return 0;
+}

@@ -1,0 +1,251 @@
+"""The offcpu collector (bpftrace on the scheduler's tracepoints) as ground truth: runner/native/workload runs threads
+of known behaviour (cold mmap faults, cold preads, sleep; compute, a futex barrier, two threads pinned to one CPU),
+each measuring its own truth with clocks in the same run, under the runner's offcpu and counters collectors.
+offcpu's classes must agree with that truth, and the counters with offcpu, whatever else the machine runs: every
+comparison is against what the workload measured of itself in that run.
+
+Also, without bpftrace: the parser on a captured file (tests/data/offcpu), the classes of syscalls, the shares of a
+window, and a collector that cannot run skipped with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.offcpu import offcpu_shares
+from harness.analysis.waits import wait_shares
+from harness.parsers import ParseError, parse
+from runner.collectors import offcpu
+from runner.collectors.run import Collectors
+from tests.helpers import cli_in_process
+
+REPO = Path(__file__).resolve().parents[1]
+NATIVE = REPO / "runner" / "native"
+DATA = REPO / "tests" / "data" / "offcpu"
+PP = 0.05  # 5 percentage points
+MiB = 1 << 20
+TRUTH_OF = {"fault": ("fault_ns", "fault_io"), "pread": ("pread_ns", "read_io"), "sleep": ("sleep_ns", "idle"),
+            "barrier": ("futex_ns", "futex")}
+
+bpftrace = pytest.mark.skipif(offcpu.unavailable_reason() is not None,
+                              reason=f"offcpu cannot run here: {offcpu.unavailable_reason()}")
+
+
+@pytest.fixture(scope="module")
+def native() -> Path:
+    done = subprocess.run(["make", "-C", str(NATIVE)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return NATIVE / "bin"
+
+
+@pytest.fixture(scope="module")
+def cold_files(native: Path) -> Iterator[dict[str, str]]:
+    """Two 48 MiB files on a real disk (/var/tmp: tmpfs pages are never cold)."""
+    where = Path(tempfile.mkdtemp(prefix="harness-offcpu-", dir="/var/tmp"))
+    files = {}
+    for name in ("fault", "pread"):
+        path = where / f"{name}.bin"
+        with path.open("wb") as out:
+            for _ in range(48):
+                out.write(os.urandom(MiB))
+        files[name] = str(path)
+    subprocess.run([str(native / "cachectl"), "drop", *files.values()], check=True, capture_output=True)
+    yield files
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def run_workload(native: Path, run_dir: Path, args: list[str]) -> list[tuple[dict, dict, dict]]:
+    """The workload under offcpu (every 100 ms) and counters (every 20 ms), as a run's step would be. Per thread:
+    (its truth as fractions of its phase, offcpu's shares over the snapshots inside the phase, the counters' shares
+    over the same span)."""
+    collectors = Collectors([{"kind": "offcpu", "period_ms": 100, "optional": False},
+                             {"kind": "counters", "period_ms": 20}], str(native), str(run_dir), None)
+    collectors.start_global()  # returns once bpftrace's probes are attached
+    try:
+        proc = subprocess.Popen([str(native / "workload"), *args, "--out", str(run_dir / "truth.json")])
+        collectors.on_spawn(proc.pid)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        errors = collectors.stop_all()
+    assert errors == []
+    print((run_dir / "offcpu.txt").read_text().splitlines()[-1])  # the events bpftrace missed, shown on a failure
+    truth = json.loads((run_dir / "truth.json").read_text())
+    rows = parse("offcpu", (run_dir / "offcpu.txt").read_bytes())
+    counters = [r for r in parse("counters", (run_dir / "counters.txt").read_bytes()) if r["kind"] == "thread"]
+    out = []
+    for thread in truth["threads"]:
+        shares = offcpu_shares([r for r in rows if r["tid"] == thread["tid"]], thread["start_ns"], thread["end_ns"])
+        assert shares is not None and shares["covered_s"] > 2.0, (thread["role"], shares)
+        waits = wait_shares([r for r in counters if r["tid"] == thread["tid"]], shares["t_first_ns"],
+                            shares["t_last_ns"])
+        assert waits is not None, thread["role"]
+        wall = thread["wall_ns"]
+        fractions = {k: (thread[k] or 0) / wall for k in ("cpu_ns", "futex_ns", "fault_ns", "pread_ns", "sleep_ns",
+                                                          "runqueue_ns")}
+        out.append((dict(fractions, role=thread["role"]), shares, waits))
+    return out
+
+
+def assert_agrees(truth: dict, shares: dict, waits: dict) -> None:
+    """What holds for every thread: on CPU (1 - off-CPU) is the thread's CPU clock and the counters' run. The
+    counters' io_wait is bpftrace's sleep in D, give or take the wait for a CPU after those wake-ups (delay
+    accounting's blkio ends when the thread runs again; waits.py hands runqueue out first; a wake-up bpftrace did not
+    see -- ``unwoken`` -- leaves that wait in D). A blocking role's class, with the wait for a CPU after its
+    wake-ups, is what its clock saw around the call -- plus, at most, the time it was preempted (inside the call or
+    around it: the clock's window and the syscall's are not the same)."""
+    role = truth["role"]
+    assert abs((1 - shares["off_cpu"]) - truth["cpu_ns"]) <= PP, (role, shares, truth)
+    assert abs((1 - shares["off_cpu"]) - waits["run"]) <= PP, (role, shares, waits)
+    after_d = shares["woken_runqueue"]["fault_io"] + shares["woken_runqueue"]["read_io"]
+    assert shares["io_wait"] - shares["runqueue"] - PP <= waits["io_wait"] <= shares["io_wait"] + after_d + PP, \
+        (role, shares, waits)
+    if role in TRUTH_OF:
+        measured, name = TRUTH_OF[role]
+        in_call = shares["blocked"][name] + shares["woken_runqueue"][name]
+        assert in_call - PP <= truth[measured] <= in_call + sum(shares["preempted"].values()) + PP, \
+            (role, truth, shares)
+    others = [c for c in ("fault_io", "read_io", "futex", "gpu", "idle")
+              if role not in TRUTH_OF or c != TRUTH_OF[role][1]]
+    assert all(shares["blocked"][c] < 0.02 for c in others), (role, shares["blocked"])  # absent where not present
+
+
+@pytest.mark.slow
+@bpftrace
+def test_offcpu_matches_the_truth_of_blocking_threads(native: Path, cold_files: dict, tmp_path: Path) -> None:
+    """Cold mmap faults are fault_io, cold preads read_io, sleeps idle: as long as each thread's clock saw them."""
+    threads = run_workload(native, tmp_path, ["--seconds", "4", "--fault", cold_files["fault"], "--pread",
+                                              cold_files["pread"], "--sleep", "1"])
+    assert sorted(t["role"] for t, _s, _w in threads) == ["fault", "pread", "sleep"]
+    for truth, shares, waits in threads:
+        assert_agrees(truth, shares, waits)
+    header = (tmp_path / "offcpu.txt").read_text().splitlines()[0]
+    assert header.startswith("# harness-offcpu v1 ") and "arch=" in header, header
+
+
+@pytest.mark.slow
+@bpftrace
+def test_offcpu_matches_the_truth_of_compute_threads(native: Path, tmp_path: Path) -> None:
+    """Busy and pinned threads never block: all they do not run, they wait for a CPU (their clock's wall - CPU);
+    the barrier's threads sleep in futex."""
+    threads = run_workload(native, tmp_path, ["--seconds", "4", "--oversubscribed", "2", "--cpu", "0",
+                                              "--barrier", "2:200us", "--busy", "1"])
+    for truth, shares, waits in threads:
+        assert_agrees(truth, shares, waits)
+        if truth["role"] in ("busy", "oversubscribed"):
+            assert abs(shares["runqueue"] - truth["runqueue_ns"]) <= PP, (truth, shares)
+            assert sum(shares["blocked"].values()) < 0.02, shares
+    pinned = [s for t, s, _w in threads if t["role"] == "oversubscribed"]
+    assert all(s["runqueue"] >= 0.3 for s in pinned), pinned  # two threads on one CPU: each waits half or more
+
+
+# ----------------------------------------------------------------------------------------- without bpftrace
+def test_syscalls_fall_into_the_samplers_classes() -> None:
+    assert offcpu.classify("none", "D", "-") == "fault_io"
+    assert offcpu.classify("pread64", "D", "-") == offcpu.classify("io_uring_enter", "S", "-") == "read_io"
+    assert offcpu.classify("read", "D", "-") == "read_io" and offcpu.classify("read", "S", "-") == "idle"
+    assert offcpu.classify("futex", "S", "-") == "futex"
+    assert offcpu.classify("ioctl", "S", "/dev/nvmap") == offcpu.classify("ioctl", "D", "/dev/dri/renderD128") == "gpu"
+    assert offcpu.classify("ioctl", "S", "/dev/tty1") == "other"
+    assert offcpu.classify("epoll_pwait", "S", "-") == offcpu.classify("clock_nanosleep", "S", "-") == "idle"
+    assert offcpu.classify("pread64", "R", "-") == "runqueue"  # preempted inside a read: waiting for a CPU
+    for table in offcpu.SYSCALLS.values():  # every class's syscalls are named on every architecture known
+        assert {"read", "pread64", "futex", "ioctl", "nanosleep", "clock_nanosleep", "ppoll"} <= set(table)
+
+
+def test_captured_offcpu_parses_and_gives_each_threads_classes() -> None:
+    """A real capture (tests/data/offcpu/SOURCE.md): the workload's pread, fault and sleep threads."""
+    rows = parse("offcpu", (DATA / "offcpu.txt").read_bytes())
+    assert rows and {r["arch"] for r in rows} == {"x86_64"}
+    by_comm = {}
+    for row in rows:
+        by_comm.setdefault(row["comm"], []).append(row)
+    expected = {"wl-pread0": "read_io", "wl-fault0": "fault_io", "wl-sleep0": "idle"}
+    for comm, name in expected.items():
+        mine = by_comm[comm]
+        shares = offcpu_shares(mine, min(r["t_ns"] for r in mine), max(r["t_ns"] for r in mine))
+        assert shares is not None and max(shares["blocked"], key=shares["blocked"].get) == name, (comm, shares)
+
+
+def test_offcpu_ingest_adds_the_stop_notes() -> None:
+    from harness.collectors import COLLECTORS
+
+    rows = COLLECTORS["offcpu"].ingest(DATA, {})["offcpu"]
+    assert rows and {r["collector_tracefs_restored"] for r in rows} <= {"yes", "-"}
+    assert all(isinstance(r["t_ns"], int) for r in rows)
+
+
+def test_malformed_offcpu_line_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    lines = (DATA / "offcpu.txt").read_text().splitlines()
+    lines[2] = lines[2].replace("\t", "\tx", 1)
+    bad = tmp_path / "offcpu.txt"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ParseError, match="line 3: t_ns is not an integer"):
+        parse("offcpu", bad.read_bytes())
+    result = cli_in_process("parse", "offcpu", str(bad))
+    assert result.returncode == 2
+    message = result.stderr.strip()
+    assert len(message.splitlines()) == 1 and str(bad) in message and "line 3" in message, message
+
+
+def test_offcpu_output_of_another_version_or_class_is_refused() -> None:
+    with pytest.raises(ParseError, match="version v2"):
+        parse("offcpu", b"# harness-offcpu v2 pid=1\n")
+    with pytest.raises(ParseError, match="unknown class 'disk'"):
+        parse("offcpu", b"# harness-offcpu v1 pid=1\ns\t1\t2\tdisk\tD\tnone\t-\t1\t1\t1\tx\n")
+
+
+def test_shares_of_a_window_come_from_two_snapshots() -> None:
+    def row(t: int, cls: str, state: str, syscall: str, blocked: int, waited: int) -> dict:
+        return {"t_ns": t, "class": cls, "state": state, "syscall": syscall, "blocked_ns": blocked,
+                "runqueue_ns": waited}
+
+    rows = [row(0, "read_io", "D", "pread64", 100, 10), row(0, "runqueue", "R", "none", 0, 0),
+            row(1000, "read_io", "D", "pread64", 600, 110), row(1000, "runqueue", "R", "none", 0, 100),
+            row(1000, "futex", "S", "futex", 50, 0)]
+    shares = offcpu_shares(rows, 0, 1000)
+    assert shares["blocked"]["read_io"] == pytest.approx(0.5) and shares["blocked"]["futex"] == pytest.approx(0.05)
+    assert shares["woken_runqueue"]["read_io"] == pytest.approx(0.1) and shares["preempted"] == {"none": 0.1}
+    assert shares["runqueue"] == pytest.approx(0.2) and shares["io_wait"] == pytest.approx(0.5)
+    assert shares["off_cpu"] == pytest.approx(0.75)
+    assert offcpu_shares(rows[:2], 0, 1000) is None  # one snapshot: no window
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the runner's collectors run on Linux here")
+def test_offcpu_that_cannot_run_is_skipped_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("runner.collectors.run.offcpu_reason", lambda: "bpftrace not found on PATH (test)")
+    collectors = Collectors([{"kind": "offcpu", "period_ms": 1000, "optional": True}], "bin", str(tmp_path), None)
+    collectors.start_global()
+    assert collectors.stop_all() == ["offcpu skipped (optional): bpftrace not found on PATH (test)"]
+    required = Collectors([{"kind": "offcpu", "period_ms": 1000, "optional": False}], "bin", str(tmp_path), None)
+    with pytest.raises(Exception, match="^collector offcpu: bpftrace not found on PATH \\(test\\)$"):
+        required.start_global()
+
+
+def test_no_bpftrace_on_path_is_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(offcpu.shutil, "which", lambda name: None)
+    reason = offcpu.unavailable_reason()
+    assert reason is not None and "\n" not in reason
+    assert "bpftrace not found" in reason or "Linux" in reason
+
+
+@pytest.mark.slow
+@bpftrace
+def test_a_bpftrace_that_fails_is_skipped_with_its_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bpftrace refusing the program (here: a probe this kernel lacks) ends the wait at once; the run goes on without
+    offcpu, its record saying why in one line, and tracefs is left as it was found."""
+    mounted = Path("/sys/kernel/tracing/events").is_dir()
+    monkeypatch.setattr(offcpu, "SCRIPT", 'BEGIN { printf("attached\\n"); } tracepoint:nosuch:probe { @x = 1; }')
+    collectors = Collectors([{"kind": "offcpu", "period_ms": 100}], "bin", str(tmp_path), None)
+    collectors.start_global()
+    (line,) = collectors.stop_all()
+    assert line.startswith("offcpu skipped (optional): ") and "\n" not in line and "nosuch" in line, line
+    assert Path("/sys/kernel/tracing/events").is_dir() == mounted
