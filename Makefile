@@ -14,7 +14,7 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -ra
 
-# the edit loop: no campaign, build, sshd, adb or jtop, on two workers (under a minute here)
+# the edit loop: no campaign, runner run, build, sshd, adb, jtop or labgrid coordinator, on two workers (under a minute here)
 test-fast: setup
 	$(BIN)/python -m pytest -q -ra -m "not slow" -n 2 --dist worksteal
 

@@ -60,7 +60,8 @@ def workdir() -> Iterator[str]:
 
 @pytest.fixture()
 def setup(tmp_path: Path, farm: LabgridFarm, sshd: SshServer, workdir: str) -> Path:
-    """targets/farm.yaml: the farm's coordinator and how to log in; the address comes from the place."""
+    """A farm target file (farm.yaml in a temporary targets folder): the farm's coordinator and how to log in;
+    the address comes from the place."""
     targets = tmp_path / "targets"
     targets.mkdir()
     (targets / "farm.yaml").write_text(

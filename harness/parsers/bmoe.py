@@ -1,7 +1,7 @@
 """BigMoeOnEdge (``bmoe-cli``) output -> the ``tokens`` table and a run summary, and a ``requests`` row from that.
 
-Reads what its docs/telemetry.md specifies and what the captures in its docs/bench-data/ show
-(tests/data/bmoe/SOURCE.md):
+Reads what its telemetry contract (telemetry.md in its docs folder) specifies and what the captures in its
+docs/bench-data/ show (tests/data/bmoe/SOURCE.md):
 
 - the log (stdout, with or without stderr): ``BMOE_LOAD {json}`` + ``BMOE_PROGRESS {json}`` per token (``--progress``),
   ``BMOE_BEGIN``/``BMOE_DONE {json}`` per generation in session mode, and the end-of-run lines ``generation:``,

@@ -1,4 +1,4 @@
-"""What each column of BigMoeOnEdge's rows means (``bmoe-cli``'s own telemetry, its docs/telemetry.md).
+"""What each column of BigMoeOnEdge's rows means (``bmoe-cli``'s own telemetry, the telemetry.md of its docs folder).
 
 Three sets: :data:`TOKEN_COLUMNS` (the ``tokens`` table, one row per generated token), :data:`SUMMARY_COLUMNS` (one
 row per generation: the end-of-run lines, ``BMOE_DONE`` or the CSV's ``# summary`` trailer) and
