@@ -154,8 +154,8 @@ def new_writer(ctx: CampaignContext, results_dir: Path) -> ResultSetWriter:
 
 def planned(target: Target, run: PlannedRun) -> dict[str, Any]:
     return {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
-            "step_label": run.cell.label, "engine": STEPS[run.step].engine, "cache": run.cache, "round": run.round,
-            "repeat": run.repeat,
+            "step_label": run.cell.label, "engine": STEPS[run.step].engine_label(run.cell.config),
+            "cache": run.cache, "round": run.round, "repeat": run.repeat,
             "params": run.params, "estimate_s": round(run.estimate_s, 1), "status": "pending"}
 
 

@@ -23,6 +23,11 @@ class StepKind:
     required_tools: ClassVar[tuple[str, ...]] = ()  # programs the target must have for this step
     engine: ClassVar[str | None] = None  # engine build the step runs (e.g. "llama.cpp"), made before the runs
 
+    def engine_label(self, config: Any) -> str | None:
+        """The engine a run of this step with ``config`` measures, as the runs table names it (runs of two
+        engines are two variants even when the engine is not a matrix key)."""
+        return self.engine
+
     def engines_used(self, config: Any) -> set[str]:
         """Engine builds a run of this step with ``config`` needs (a step that compares engines names several)."""
         return {self.engine} if self.engine else set()

@@ -93,6 +93,9 @@ class RunStep(StepKind):
     def files_read(self, config: RunConfig) -> list[str]:
         return [config.model] if config.model else []
 
+    def engine_label(self, config: RunConfig) -> str | None:
+        return config.engine  # the declared engine's name: two declared engines are two variants
+
     def check(self, config: RunConfig, experiment: Any) -> str | None:
         declared = DECLARED.get(config.engine)
         if declared is None:
