@@ -54,15 +54,17 @@ def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
 def _experiment_needs(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, dict[str, Any]]], Path]:
     """The engines an experiment's steps use and its synthetic models (made here, cached)."""
     from harness.campaign.plan import build_plan
-    from harness.campaign.prepare import engines_needed, synth_model
+    from harness.campaign.prepare import drop_unavailable, engines_needed, synth_model
     from harness.steps import STEPS
 
     loaded = load_resolved(path)
     exp = loaded.experiment
-    step_engines = {STEPS[run.step].engine for run in build_plan(loaded).runs} - {None}
+    step_engines = set().union(*(STEPS[run.step].engines_used(run.cell.config) for run in build_plan(loaded).runs))
+    engines = engines_needed(exp, step_engines)  # type: ignore[arg-type]
+    drop_unavailable(engines, console.print)  # an optional engine that cannot be had here: one line, as run says
     models = {name: (str(p), info) for name, spec in exp.named_files().items() if spec.synth is not None
               for p, info in [synth_model(spec.synth, console.print)]}
-    return engines_needed(exp, step_engines), models, path.resolve().parent  # type: ignore[arg-type]
+    return engines, models, path.resolve().parent
 
 
 def _report_engines(name: str, engines: dict[str, dict[str, Any]], models: dict[str, str]) -> None:
