@@ -253,7 +253,14 @@ class Controller:
         self.sentinel.write_bytes(self.sentinel_bytes)
         self.lines: list[str] = []
 
+        def start_from_a_terminal() -> None:
+            # SIGINT and SIGHUP as a shell in a terminal gives them, whatever this suite inherited: under `nohup`
+            # (or `cmd &`) they arrive ignored, and the controller rightly keeps an ignored SIGHUP ignored
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+
         def start_as_a_background_job() -> None:  # what `cmd &` in a non-interactive shell does
+            start_from_a_terminal()
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
         self.proc = subprocess.Popen(
@@ -262,7 +269,7 @@ class Controller:
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "HARNESS_PAUSE_AT": phase, "COLUMNS": "200",
                  **({"HARNESS_PAUSE_RELEASE": str(release)} if release else {}), **(env or {})},
-            preexec_fn=start_as_a_background_job if ignore_sigint else None)
+            preexec_fn=start_as_a_background_job if ignore_sigint else start_from_a_terminal)
         self.out: list[str] = []
         self.readers = [threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True),
                         threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True)]
