@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 BIN = Path(sys.executable).parent
 
 
@@ -42,6 +44,15 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait()
 
 
+def _saved_places(root: Path) -> list[str]:
+    """Names of the places the coordinator has written to its places.yaml (none before its first save)."""
+    try:
+        saved = yaml.safe_load((root / "places.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return []
+    return list(saved) if isinstance(saved, dict) else []
+
+
 @dataclass
 class LabgridFarm:
     root: Path
@@ -49,6 +60,7 @@ class LabgridFarm:
     services: dict[str, dict[str, object]] = field(default_factory=dict)  # group -> NetworkService params
     coordinator: subprocess.Popen[bytes] | None = None
     exporter: subprocess.Popen[bytes] | None = None
+    places: list[str] = field(default_factory=list)  # made through place()
 
     @property
     def address(self) -> str:
@@ -101,6 +113,7 @@ class LabgridFarm:
                               timeout=60, check=False)
 
     def place(self, name: str, group: str, **tags: str) -> None:
+        self.places.append(name)
         for argv in (["-p", name, "create"], ["-p", name, "add-match", f"exp/{group}/NetworkService"],
                      ["-p", name, "set-tags", *(f"{k}={v}" for k, v in tags.items())]):
             done = self.client(*argv)
@@ -116,6 +129,14 @@ class LabgridFarm:
         raise RuntimeError(f"place {place} not shown")
 
     def stop_coordinator(self) -> None:
+        """Stop it as an admin would, once it has saved its places: labgrid's coordinator writes places.yaml from
+        a poll every 15 s, not on shutdown, so one stopped sooner after a place was made would come back without it."""
+        names = set(self.places)
+        deadline = time.monotonic() + 60
+        while not names <= set(_saved_places(self.root)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"labgrid-coordinator did not save places {sorted(names)} within 60 s")
+            time.sleep(0.2)
         _stop(self.coordinator)
 
     def stop(self) -> None:
