@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -376,3 +377,29 @@ def _set_args(args: list[object], values: dict[str, object]) -> list[object]:
         if flag in out:
             out[out.index(flag) + 1] = value
     return out
+
+
+def build_native_tools() -> Path:
+    """``make`` in runner/native (a no-op when built) and the directory of its binaries."""
+    native = REPO / "runner" / "native"
+    done = subprocess.run(["make", "-C", str(native)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return native / "bin"
+
+
+@contextlib.contextmanager
+def workload_files(prefix: str) -> Iterator[dict[str, str]]:
+    """The workload's two 48 MiB files, ``fault`` (mmap touches) and ``pread``, on a real disk (/var/tmp: tmpfs
+    pages are never cold), removed afterwards."""
+    where = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+    files = {}
+    for name in ("fault", "pread"):
+        path = where / f"{name}.bin"
+        with path.open("wb") as out:
+            for _ in range(48):
+                out.write(os.urandom(1 << 20))
+        files[name] = str(path)
+    try:
+        yield files
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,13 +25,11 @@ from runner import delayacct
 from runner.collectors import taskstats
 from runner.collectors.run import Collectors
 from runner.contract import CONTRACT_VERSION
-from tests.helpers import run_cli
+from tests.helpers import build_native_tools, run_cli, workload_files
 
 REPO = Path(__file__).resolve().parents[1]
-NATIVE = REPO / "runner" / "native"
 DATA = REPO / "tests" / "data"
 PP = 0.05  # 5 percentage points
-MiB = 1 << 20
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc and delay accounting")
 root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
@@ -41,24 +38,13 @@ root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
 
 @pytest.fixture(scope="module")
 def native() -> Path:
-    done = subprocess.run(["make", "-C", str(NATIVE)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return NATIVE / "bin"
+    return build_native_tools()
 
 
 @pytest.fixture(scope="module")
 def cold_files(native: Path) -> Iterator[dict[str, str]]:
-    """Two 48 MiB files on a real disk (/var/tmp: tmpfs pages are never cold)."""
-    where = Path(tempfile.mkdtemp(prefix="harness-counters-", dir="/var/tmp"))
-    files = {}
-    for name in ("fault", "pread"):
-        path = where / f"{name}.bin"
-        with path.open("wb") as out:
-            for _ in range(48):
-                out.write(os.urandom(MiB))
-        files[name] = str(path)
-    yield files
-    shutil.rmtree(where, ignore_errors=True)
+    with workload_files("harness-counters-") as files:
+        yield files
 
 
 def run_workload(native: Path, run_dir: Path, args: list[str], period_ms: int = 20) -> tuple[dict, list[dict]]:

@@ -11,11 +11,8 @@ window, and a collector that cannot run skipped with one line.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,13 +23,11 @@ from harness.analysis.waits import wait_shares
 from harness.parsers import ParseError, parse
 from runner.collectors import offcpu
 from runner.collectors.run import Collectors
-from tests.helpers import cli_in_process
+from tests.helpers import build_native_tools, cli_in_process, workload_files
 
 REPO = Path(__file__).resolve().parents[1]
-NATIVE = REPO / "runner" / "native"
 DATA = REPO / "tests" / "data" / "offcpu"
 PP = 0.05  # 5 percentage points
-MiB = 1 << 20
 TRUTH_OF = {"fault": ("fault_ns", "fault_io"), "pread": ("pread_ns", "read_io"), "sleep": ("sleep_ns", "idle"),
             "barrier": ("futex_ns", "futex")}
 
@@ -42,25 +37,14 @@ bpftrace = pytest.mark.skipif(offcpu.unavailable_reason() is not None,
 
 @pytest.fixture(scope="module")
 def native() -> Path:
-    done = subprocess.run(["make", "-C", str(NATIVE)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return NATIVE / "bin"
+    return build_native_tools()
 
 
 @pytest.fixture(scope="module")
 def cold_files(native: Path) -> Iterator[dict[str, str]]:
-    """Two 48 MiB files on a real disk (/var/tmp: tmpfs pages are never cold)."""
-    where = Path(tempfile.mkdtemp(prefix="harness-offcpu-", dir="/var/tmp"))
-    files = {}
-    for name in ("fault", "pread"):
-        path = where / f"{name}.bin"
-        with path.open("wb") as out:
-            for _ in range(48):
-                out.write(os.urandom(MiB))
-        files[name] = str(path)
-    subprocess.run([str(native / "cachectl"), "drop", *files.values()], check=True, capture_output=True)
-    yield files
-    shutil.rmtree(where, ignore_errors=True)
+    with workload_files("harness-offcpu-") as files:
+        subprocess.run([str(native / "cachectl"), "drop", *files.values()], check=True, capture_output=True)
+        yield files
 
 
 def run_workload(native: Path, run_dir: Path, args: list[str]) -> list[tuple[dict, dict, dict]]:

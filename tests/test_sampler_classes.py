@@ -30,13 +30,11 @@ from harness.collectors.sampler_tables import THREAD_SCHEMA, sampler_threads_tab
 from harness.parsers import ParseError, parse
 from harness.parsers.sampler import CLASSES, any_d_pct, parse_sampler_threads, thread_state_fractions
 from runner.collectors.sampler import Sampler
-from tests.helpers import wait_for
+from tests.helpers import build_native_tools, wait_for, workload_files
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "sampler"
-NATIVE = REPO / "runner" / "native"
 PP = 0.10  # 10 percentage points
-MiB = 1 << 20
 ROLE_CLASS = {"barrier": "futex", "fault": "fault_io", "pread": "read_io", "sleep": "idle"}
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
@@ -136,24 +134,13 @@ def test_dash_state_and_empty_counters_are_v2_only():
 
 @pytest.fixture(scope="module")
 def native() -> Path:
-    done = subprocess.run(["make", "-C", str(NATIVE)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return NATIVE / "bin"
+    return build_native_tools()
 
 
 @pytest.fixture(scope="module")
 def cold_files(native: Path) -> Iterator[dict[str, str]]:
-    """Two 48 MiB files on a real disk (/var/tmp: tmpfs pages are never cold)."""
-    where = Path(tempfile.mkdtemp(prefix="harness-classes-", dir="/var/tmp"))
-    files = {}
-    for name in ("fault", "pread"):
-        path = where / f"{name}.bin"
-        with path.open("wb") as out:
-            for _ in range(48):
-                out.write(os.urandom(MiB))
-        files[name] = str(path)
-    yield files
-    shutil.rmtree(where, ignore_errors=True)
+    with workload_files("harness-classes-") as files:
+        yield files
 
 
 def sampled_workload(native: Path, run_dir: Path, args: list[str]) -> tuple[dict, list[dict]]:
