@@ -30,7 +30,7 @@ from harness.config.validate import StrictModel
 from harness.parsers import ParseError
 from harness.parsers.bmoe import bmoe_request_row, parse_bmoe_log
 from harness.steps.base import Rows, StepKind, register_step
-from harness.steps.llamacpp import COLD_MAX_PCT, Arg, load_prompts, window
+from harness.steps.llamacpp import COLD_MAX_PCT, Arg, load_prompts, refuse_owned, window
 
 # what the step sets itself: extra args may not
 OWNED = ("-m", "--model", "-p", "--prompt", "-n", "--n-predict", "--progress", "--csv", "--session")
@@ -66,10 +66,7 @@ class BmoeConfig(StrictModel):
     @field_validator("args")
     @classmethod
     def _args(cls, value: list[Arg]) -> list[Arg]:
-        clash = sorted({str(a) for a in value} & set(OWNED))
-        if clash:
-            raise ValueError(f"{', '.join(clash)} are set by the harness (owned: {', '.join(OWNED)})")
-        return value
+        return refuse_owned(value, OWNED)
 
     @model_validator(mode="after")
     def _one_prompt_source(self) -> BmoeConfig:

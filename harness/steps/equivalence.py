@@ -34,7 +34,7 @@ from harness.config.validate import StrictModel
 from harness.emulation.controller import MIN_MEMORY_BYTES
 from harness.parsers import ParseError
 from harness.steps.base import Rows, StepKind, register_step
-from harness.steps.llamacpp import Arg, load_prompts
+from harness.steps.llamacpp import Arg, load_prompts, refuse_owned
 from harness.units import format_size, parse_size
 from runner.steps.generators import GENERATORS
 
@@ -70,10 +70,7 @@ class SideConfig(StrictModel):
 
     @model_validator(mode="after")
     def _owned(self) -> SideConfig:
-        owned = OWNED_ARGS.get(self.engine, ())
-        clash = sorted({str(a) for a in self.args} & set(owned))
-        if clash:
-            raise ValueError(f"{', '.join(clash)} are set by the harness for {self.engine} (owned: {', '.join(owned)})")
+        refuse_owned(self.args, tuple(OWNED_ARGS.get(self.engine, ())), self.engine)
         return self
 
 

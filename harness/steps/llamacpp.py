@@ -48,10 +48,12 @@ COLD_MAX_PCT, WARM_MIN_PCT = 1.0, 99.0
 Arg = str | int | float
 
 
-def _refuse_owned(args: list[Arg], owned: tuple[str, ...]) -> list[Arg]:
+def refuse_owned(args: list[Arg], owned: tuple[str, ...], engine: str | None = None) -> list[Arg]:
+    """``args`` unless they name a flag the harness sets itself (of ``engine``'s, when steps run several)."""
     clash = sorted({str(a) for a in args} & set(owned))
     if clash:
-        raise ValueError(f"{', '.join(clash)} are set by the harness (owned: {', '.join(owned)})")
+        whose = f" for {engine}" if engine else ""
+        raise ValueError(f"{', '.join(clash)} are set by the harness{whose} (owned: {', '.join(owned)})")
     return args
 
 
@@ -63,7 +65,7 @@ class LlamaBenchConfig(StrictModel):
     @field_validator("args")
     @classmethod
     def _args(cls, value: list[Arg]) -> list[Arg]:
-        return _refuse_owned(value, ("-m", "--model", "-o", "--output"))
+        return refuse_owned(value, ("-m", "--model", "-o", "--output"))
 
 
 def load_prompts(path: str) -> list[str]:
@@ -113,7 +115,7 @@ class LlamaServerConfig(StrictModel):
     @field_validator("args")
     @classmethod
     def _args(cls, value: list[Arg]) -> list[Arg]:
-        return _refuse_owned(value, ("-m", "--model", "--host", "--port"))
+        return refuse_owned(value, ("-m", "--model", "--host", "--port"))
 
     @model_validator(mode="after")
     def _window(self) -> LlamaServerConfig:
