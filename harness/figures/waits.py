@@ -7,6 +7,9 @@ or sample). report.md shows both tables, per cell."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import pandas as pd
 
 from harness.analysis.waits import CLASSES, MATCHING, SAMPLED, sampled_shares, wait_shares
@@ -55,17 +58,25 @@ def wait_summary(rs: ResultSet, params: list[str]) -> pd.DataFrame:
     ok = usable_runs(runs)  # the one selection: ok and not perturbed, as every other summary
     if shares.empty or ok.empty:
         return pd.DataFrame()
-    cells = pd.Series(variants(ok, params).to_numpy(), index=ok["run_id"])
-    steps = pd.Series(ok["step"].to_numpy(), index=ok["run_id"])
-    shares = shares[shares["run_id"].isin(cells.index)]
+    grouped, table = _cell_means(shares, ok, params, CLASSES)
+    table["overlap s"] = grouped["overlap_s"].sum()
+    return table.rename(columns={c: f"{c} %" for c in CLASSES}).reset_index()
+
+
+def _cell_means(shares: pd.DataFrame, ok: pd.DataFrame, params: list[str],
+                classes: Iterable[str]) -> tuple[Any, pd.DataFrame]:
+    """The window shares of ``ok`` runs grouped by cell (step, window, variant), and per cell: windows, threads
+    and each class's mean share (%)."""
+    cells = dict(zip(ok["run_id"], variants(ok, params), strict=True))
+    steps = dict(zip(ok["run_id"], ok["step"], strict=True))
+    shares = shares[shares["run_id"].isin(cells)]
     shares = shares.assign(cell=[f"{steps[r]} {w} · {cells[r]}" for r, w in zip(shares["run_id"], shares["window"],
                                                                                  strict=True)])
     grouped = shares.groupby("cell", sort=False)
-    table = grouped[list(CLASSES)].mean() * 100
+    table = grouped[list(classes)].mean() * 100
     table.insert(0, "windows", grouped.size())
     table.insert(1, "threads", grouped["threads"].mean())
-    table["overlap s"] = grouped["overlap_s"].sum()
-    return table.rename(columns={c: f"{c} %" for c in CLASSES}).reset_index()
+    return grouped, table
 
 
 def sampled_window_shares(threads: pd.DataFrame, requests: pd.DataFrame, run_ids: pd.Series) -> pd.DataFrame:
@@ -90,14 +101,7 @@ def sampled_summary(rs: ResultSet, params: list[str]) -> pd.DataFrame:
     shares = sampled_window_shares(threads, rs.table(REQUESTS.name), ok["run_id"])
     if shares.empty:
         return pd.DataFrame()
-    cells = dict(zip(ok["run_id"], variants(ok, params), strict=True))
-    steps = dict(zip(ok["run_id"], ok["step"], strict=True))
-    shares = shares.assign(cell=[f"{steps[r]} {w} · {cells[r]}" for r, w in zip(shares["run_id"], shares["window"],
-                                                                                 strict=True)])
-    grouped = shares.groupby("cell", sort=False)
-    table = grouped[list(SAMPLED)].mean() * 100
-    table.insert(0, "windows", grouped.size())
-    table.insert(1, "threads", grouped["threads"].mean())
+    _, table = _cell_means(shares, ok, params, SAMPLED)
     return table.rename(columns={c: f"{c} %" for c in SAMPLED}).reset_index()
 
 
