@@ -40,24 +40,18 @@ system-deps:
 	    echo "error: missing system packages:$$missing (install them: sudo apt-get install$$missing)" >&2; exit 2; \
 	  fi; \
 	fi; \
-	if ! command -v bpftrace >/dev/null; then \
+	optional() { \
+	  command -v $$1 >/dev/null && return 0; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing: bpftrace (the offcpu ground-truth collector and its tests)"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftrace) >/dev/null 2>&1 || \
-	      echo "note: bpftrace could not be installed; the offcpu collector tests will skip"; \
+	    echo "installing: $$1 ($$2)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$1) >/dev/null 2>&1 || \
+	      echo "note: $$1 could not be installed; $$3 will skip"; \
 	  else \
-	    echo "note: bpftrace is not installed (sudo apt-get install bpftrace); the offcpu collector tests will skip"; \
+	    echo "note: $$1 is not installed (sudo apt-get install $$1); $$3 will skip"; \
 	  fi; \
-	fi; \
-	if ! command -v adb >/dev/null; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing: adb (the real adb server for the adb transport tests)"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq adb) >/dev/null 2>&1 || \
-	      echo "note: adb could not be installed; the adb transport tests will skip"; \
-	  else \
-	    echo "note: adb is not installed (sudo apt-get install adb); the adb transport tests will skip"; \
-	  fi; \
-	fi
+	}; \
+	optional bpftrace "the offcpu ground-truth collector and its tests" "the offcpu collector tests"; \
+	optional adb "the real adb server for the adb transport tests" "the adb transport tests"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
