@@ -57,8 +57,11 @@ def test_decode_streams_experts_under_a_budget(tmp_path: Path) -> None:
 def test_warm_without_a_budget_reads_nothing(tmp_path: Path) -> None:
     requests, _ = _campaign(tmp_path, "warm", "")
     assert len(requests) == 3 and (requests["residency_before_pct"] >= 99).all()
-    # the server never waited for the device: no major fault in any request
-    assert (requests["request_majflt"] == 0).all()
+    # the server did not stream: streaming faults on every decoded token (the budgeted test above), while here
+    # a whole request has fewer major faults than tokens. Not "zero": CI saw one stray fault in a request, a page
+    # of the binary or a library evicted by a neighbour's memory pressure, which is not the model.
+    assert (requests["request_majflt"] < requests["predicted_n"]).all(), \
+        requests[["request_majflt", "predicted_n"]].to_string()
 
 
 @pytest.mark.slow
