@@ -26,6 +26,7 @@ from harness.figures import FIGURES, FigureContext
 from harness.figures import base as figures_base
 from harness.figures.bandwidth import FROM_DECODE, FROM_FIO, bound_table, cell_efficiency
 from harness.figures.base import NUMBERS_KEY
+from harness.figures.change import observations
 from harness.figures.report import draw_figures
 from harness.figures.threads import CLASSES, thread_range, thread_state_table
 from harness.results import SCHEMA_VERSION
@@ -263,6 +264,18 @@ def test_change_vs_baseline_draws_ratios_on_a_log_axis_with_the_gates_ci(
         assert est.low > 1 or variant.endswith("warm")  # read_ahead_kb=128 cold really is faster: a clear CI
     tick_labels = [t.get_text() for t in decode.get_yticklabels()]
     assert "×1" in tick_labels and "×10" in tick_labels
+
+
+def test_decode_panel_names_every_engine_whose_requests_it_holds() -> None:
+    # bmoe fills the requests table beside llama-server: a panel titled "llama-server decode" would misname them
+    runs = pd.DataFrame({"run_id": ["s1", "b1"], "index": [1, 2], "status": "ok", "target": "local",
+                         "step": ["llama-server", "bmoe"], "cache": "cold", "read_ahead_kb": 128})
+    requests = pd.DataFrame({"run_id": ["s1", "b1"], "decode_tps": [4.0, 6.6]})
+    tables = {"requests": requests, "bench": pd.DataFrame()}
+    obs = observations(runs, lambda name: tables.get(name, pd.DataFrame()), PARAMS)
+    assert set(obs["panel"]) == {"bmoe / llama-server decode (tok/s)"}
+    alone = observations(runs.iloc[:1], lambda name: tables.get(name, pd.DataFrame()), PARAMS)
+    assert set(alone["panel"]) == {"llama-server decode (tok/s)"}
 
 
 def test_thread_states_fractions_of_a_hand_made_threads_table() -> None:

@@ -49,11 +49,22 @@ def observations(runs: pd.DataFrame, table: Callable[[str], pd.DataFrame], param
         if data.empty or not set(metric.needs) <= set(data.columns):
             continue
         tests = data[metric.test].astype(str) if metric.test else pd.Series("", index=data.index)
-        title = F4_PANELS[name]
+        title = _panel_title(name, data, ok)
         obs = pd.DataFrame({"run_id": data["run_id"], "value": metric.observations(data),
                             "panel": [f"{title.format(test=t)} ({metric.unit})" for t in tests]})
         frames.append(obs.merge(info, on="run_id").dropna(subset=["value"]))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _panel_title(name: str, data: pd.DataFrame, ok: pd.DataFrame) -> str:
+    """The panel's title; decode rows name the steps that produced them when another engine (bmoe, a declared
+    engine) fills the requests table beside llama-server."""
+    title = F4_PANELS[name]
+    if name == "decode_tps":
+        steps = sorted(set(ok.loc[ok["run_id"].isin(data["run_id"]), "step"].astype(str)))
+        if steps and steps != ["llama-server"]:
+            title = " / ".join(steps) + " decode"
+    return title
 
 
 def ratio_table(obs: pd.DataFrame, params: list[str], baseline: dict[str, Any]) -> pd.DataFrame:
