@@ -21,6 +21,11 @@ The threads sampler's view of the same window (:func:`sampled_shares`): the shar
 CPU, per wait class (sampler v2: the syscall each thread waits in), so both can stand side by side with their
 disagreement (:data:`MATCHING`).
 
+Averages over threads count only the threads that WORKED in the window: on CPU, waiting for one or waiting on I/O
+for at least :data:`WORKING` of it (a llama-server has a dozen HTTP and pool threads asleep for the whole decode;
+averaged in, they would bury the two compute threads' split under ~85 % other_sleep). The idle ones are counted
+beside them.
+
 Pure: rows in (dicts or a DataFrame's records), numbers out.
 """
 
@@ -33,6 +38,12 @@ import numpy as np
 import pandas as pd
 
 CLASSES = ("run", "runqueue", "io_wait", "thrashing", "reclaim", "other_sleep")
+WORKING = 0.05  # a thread worked in a window when on CPU, runnable or in I/O (or GPU waits, sampled) for 5 % of it
+
+
+def worked(shares: Mapping[str, Any]) -> bool:
+    """A thread's counter shares over a window (:func:`wait_shares`): did it work in it (not asleep ≥ 95 %)?"""
+    return 1.0 - (shares.get("other_sleep") or 0.0) >= WORKING
 DELAYS = ("blkio_delay_ns", "thrashing_delay_ns", "freepages_delay_ns", "swapin_delay_ns", "cpu_delay_ns")
 
 
@@ -117,12 +128,18 @@ MATCHING = {"running": (("running",), ("run", "runqueue")),
             "other sleep": (("futex", "gpu", "idle", "other"), ("other_sleep",))}
 
 
+SAMPLED_WORK = ("running", "fault_io", "read_io", "gpu")  # the sampled classes in which a thread is working
+
+
 def sampled_shares(samples: pd.DataFrame) -> dict[str, float] | None:
     """Per class of SAMPLED, the share of each thread's samples (columns tid, state, class) averaged over the
-    threads, as the counter shares are; None without samples."""
+    threads that worked (running, in I/O or GPU waits for WORKING of their samples; all of them when none did), as
+    the counter shares are; None without samples."""
     if samples.empty:
         return None
     off = samples["class"].fillna("unknown") if "class" in samples else pd.Series("unknown", index=samples.index)
     label = np.where(samples["state"].to_numpy() == "R", "running", off.to_numpy())
     shares = pd.crosstab(samples["tid"].to_numpy(), label, normalize="index").reindex(columns=SAMPLED, fill_value=0.0)
-    return {**shares.mean().to_dict(), "threads": len(shares)}
+    working = shares[shares[list(SAMPLED_WORK)].sum(axis=1) >= WORKING]
+    chosen = working if not working.empty else shares
+    return {**chosen.mean().to_dict(), "threads": len(chosen), "idle_threads": len(shares) - len(chosen)}

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis.waits import CLASSES, MATCHING, SAMPLED, sampled_shares, wait_shares
+from harness.analysis.waits import CLASSES, MATCHING, SAMPLED, sampled_shares, wait_shares, worked
 from harness.results.loader import ResultSet
 from harness.results.selection import usable_runs
 from harness.results.tables import REQUESTS, RUNS, THREAD_COUNTERS, THREADS
@@ -31,18 +31,21 @@ def _windows(run_id: str, reads: pd.DataFrame, requests: pd.DataFrame) -> list[t
 
 def window_shares(counters: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per run and window: each class's share of wall time averaged over the threads with two reads
-    inside it, the threads counted, the overlap the counters claimed beyond the off-CPU time, the counters seen."""
+    inside it that worked in it (:func:`harness.analysis.waits.worked`), the threads counted and the idle ones,
+    the overlap the counters claimed beyond the off-CPU time, the counters seen."""
     threads = counters[counters["kind"] == "thread"] if "kind" in counters else counters
     out = []
     for run_id, reads in threads.groupby("run_id", sort=False):
         ticks = int(reads["clock_ticks_per_s"].dropna().iloc[0]) if reads["clock_ticks_per_s"].notna().any() else 100
         by_thread = [group.to_dict("records") for _tid, group in reads.groupby("tid")]
         for label, t0, t1 in _windows(str(run_id), reads, requests):
-            shares = [s for s in (wait_shares(rows, t0, t1, ticks) for rows in by_thread) if s is not None]
+            every = [s for s in (wait_shares(rows, t0, t1, ticks) for rows in by_thread) if s is not None]
+            shares = [s for s in every if worked(s)] or every  # the threads that worked (all when none did)
             if not shares:
                 continue
             frame = pd.DataFrame(shares)
             out.append({"run_id": run_id, "window": label, "threads": len(shares),
+                        "idle_threads": len(every) - len(shares),
                         **{c: frame[c].mean() for c in CLASSES}, "overlap_s": frame["overlap_s"].sum(),
                         "counters": ",".join(sorted(set().union(*frame["available"])))})
     return pd.DataFrame(out)
@@ -76,6 +79,7 @@ def _cell_means(shares: pd.DataFrame, ok: pd.DataFrame, params: list[str],
     table = grouped[list(classes)].mean() * 100
     table.insert(0, "windows", grouped.size())
     table.insert(1, "threads", grouped["threads"].mean())
+    table.insert(2, "idle threads", grouped["idle_threads"].mean())
     return grouped, table
 
 
@@ -126,7 +130,7 @@ def sampled_wait_lines(rs: ResultSet, params: list[str], counters: pd.DataFrame)
     sampled = sampled_summary(rs, params)
     if sampled.empty:
         return []
-    lines = ["", "### Sampled (threads collector): share of samples per class, mean over threads", "",
+    lines = ["", "### Sampled (threads collector): share of samples per class, mean over the threads that worked", "",
              _markdown(sampled)]
     if sampled[[f"{c} %" for c in SAMPLED[1:-1]]].sum().sum() == 0:
         lines += ["", "No wait classes in these samples (recorded by sampler v1, which read the state only): the "
@@ -150,6 +154,7 @@ def wait_lines(rs: ResultSet, params: list[str]) -> list[str]:
     sampled = sampled_wait_lines(rs, params, counters)
     if counters.empty and not sampled:
         return []
-    return ["", "## Where decode time goes (share of wall time per class, mean over threads)", "",
+    return ["", "## Where decode time goes (share of wall time per class, mean over the threads that worked: on "
+                "CPU, runnable or in I/O for 5 % of the window; the idle ones are counted apart)", "",
             "### Counters (thread_counters: schedstat, delay accounting)", "",
             _markdown(counters) if not counters.empty else "_no thread_counters table_", *sampled]

@@ -1,0 +1,70 @@
+"""report.md's "Where decode time goes" on hand-made tables: the shares are averaged over the threads that worked in
+the decode window, not over every thread of the process (a llama-server keeps a dozen HTTP and pool threads asleep
+through the decode; averaged in, they buried the compute threads' split of a real demo run under 86 % other_sleep,
+where the two compute threads spent 53 % (read_ahead_kb 8192) vs 20 % (128) waiting on I/O)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness.figures.waits import sampled_summary, wait_lines, wait_summary
+
+MS = 1_000_000
+PARAMS = ["read_ahead_kb"]
+
+
+class Tables:
+    """What the report's code reads of a result set: its tables by name."""
+
+    def __init__(self, **tables: pd.DataFrame) -> None:
+        self.tables = tables
+
+    def table(self, name: str) -> pd.DataFrame:
+        return self.tables.get(name, pd.DataFrame())
+
+
+def _counter_reads(tid: int, run_ms: int, blkio_ms: int) -> list[dict]:
+    """Two reads 1000 ms apart: ``run_ms`` on CPU and ``blkio_ms`` in block I/O; the rest asleep."""
+    first = {"run_id": "r1", "kind": "thread", "tid": tid, "t_ns": 0, "run_ns": 0, "runqueue_ns": 0,
+             "blkio_delay_ns": 0, "thrashing_delay_ns": 0, "freepages_delay_ns": 0, "clock_ticks_per_s": 100}
+    last = {**first, "t_ns": 1000 * MS, "run_ns": run_ms * MS, "blkio_delay_ns": blkio_ms * MS}
+    return [first, last]
+
+
+@pytest.fixture
+def result_set() -> Tables:
+    runs = pd.DataFrame({"run_id": ["r1"], "index": [1], "status": ["ok"], "step": ["llama-server"],
+                         "cache": ["cold"], "read_ahead_kb": [8192], "target": ["local"]})
+    # two compute threads (40 % on CPU, 50 % and 40 % in I/O), ten asleep the whole window
+    reads = _counter_reads(1, 400, 500) + _counter_reads(2, 400, 400)
+    for tid in range(10, 20):
+        reads += _counter_reads(tid, 0, 0)
+    # samples every 100 ms: thread 1 R 4 times and fault_io 6 times, thread 2 R 5 and futex 5, the idle ones in epoll
+    samples = [{"run_id": "r1", "t_ns": i * 100 * MS, "tid": 1, "state": "R" if i < 4 else "D",
+                "class": None if i < 4 else "fault_io"} for i in range(10)]
+    samples += [{"run_id": "r1", "t_ns": i * 100 * MS, "tid": 2, "state": "R" if i < 5 else "S",
+                 "class": None if i < 5 else "futex"} for i in range(10)]
+    samples += [{"run_id": "r1", "t_ns": i * 100 * MS, "tid": tid, "state": "S", "class": "idle"}
+                for tid in range(10, 20) for i in range(10)]
+    requests = pd.DataFrame({"run_id": ["r1"], "t_first_token_ns": [0], "t_end_ns": [1000 * MS]})
+    return Tables(runs=runs, thread_counters=pd.DataFrame(reads), threads=pd.DataFrame(samples), requests=requests)
+
+
+def test_counter_shares_are_the_working_threads_mean(result_set: Tables) -> None:
+    (row,) = wait_summary(result_set, PARAMS).to_dict("records")  # type: ignore[arg-type]
+    assert (row["threads"], row["idle threads"]) == (2, 10)
+    assert row["run %"] == pytest.approx(40.0)
+    assert row["io_wait %"] == pytest.approx(45.0)  # (50 + 40) / 2: not diluted to 7.5 by the sleeping ten
+    assert row["other_sleep %"] == pytest.approx(15.0)
+
+
+def test_sampled_shares_are_the_working_threads_mean(result_set: Tables) -> None:
+    (row,) = sampled_summary(result_set, PARAMS).to_dict("records")  # type: ignore[arg-type]
+    assert (row["threads"], row["idle threads"]) == (2, 10)
+    assert (row["running %"], row["fault_io %"], row["futex %"], row["idle %"]) == pytest.approx((45, 30, 25, 0))
+
+
+def test_report_says_whose_mean_it_is(result_set: Tables) -> None:
+    text = "\n".join(wait_lines(result_set, PARAMS))  # type: ignore[arg-type]
+    assert "mean over the threads that worked" in text and "idle threads" in text
