@@ -19,6 +19,23 @@ import yaml
 BIN = Path(sys.executable).parent
 
 
+# labgrid-coordinator's own main() without its ``loop.set_debug(True)`` (labgrid/remote/coordinator.py, main):
+# asyncio's debug mode captures a stack trace for every callback, about half of the coordinator's CPU time under
+# load. Only for the bench's comparison (--coordinator-asyncio-debug off); a farm runs the stock command.
+COORDINATOR_WITHOUT_ASYNCIO_DEBUG = """\
+import asyncio, logging, sys
+from labgrid.remote import coordinator
+logging.basicConfig(level=logging.INFO)
+coordinator.inspect = None  # as main() sets it without --pystuck
+loop = asyncio.new_event_loop()
+asyncio.set_event_loop(loop)
+cleanup = []
+loop.run_until_complete(coordinator.serve(sys.argv[1], cleanup))
+if cleanup:
+    loop.run_until_complete(*cleanup)
+"""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -61,6 +78,7 @@ class LabgridFarm:
     coordinator: subprocess.Popen[bytes] | None = None
     exporter: subprocess.Popen[bytes] | None = None
     places: list[str] = field(default_factory=list)  # made through place()
+    asyncio_debug: bool = True  # False: labgrid's coordinator without the asyncio debug mode its main() turns on
 
     @property
     def address(self) -> str:
@@ -74,7 +92,9 @@ class LabgridFarm:
 
     def start_coordinator(self) -> None:
         log = (self.root / "coordinator.log").open("ab")
-        self.coordinator = subprocess.Popen([str(BIN / "labgrid-coordinator"), "-l", self.address], cwd=self.root,
+        command = ([str(BIN / "labgrid-coordinator"), "-l", self.address] if self.asyncio_debug else
+                   [sys.executable, "-c", COORDINATOR_WITHOUT_ASYNCIO_DEBUG, self.address])
+        self.coordinator = subprocess.Popen(command, cwd=self.root,
                                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env={**os.environ, "PYTHONUNBUFFERED": "1"})  # its log is its history
         deadline = time.monotonic() + 30

@@ -72,9 +72,14 @@ class Coordinator:
         self._thread = threading.Thread(target=self.loop.run_forever, name=f"labgrid-{address}", daemon=True)
         self._thread.start()
 
+        self.changes = 0  # place updates seen so far (``wait_for_change``)
+        self._changed = threading.Condition()
+        self.listeners: list[Callable[[Any], None]] = []  # called with each pushed place (labgrid ``Place``)
+
         async def start() -> Any:
             session = ClientSession(address, self.loop)
             own_connection(session)
+            self._watch_places(session)
             await session.start()
             return session
 
@@ -127,6 +132,30 @@ class Coordinator:
         except Exception:  # noqa: BLE001 - closing a channel to a coordinator that is gone
             pass
         self._stop_loop()
+
+    def _watch_places(self, session: Any) -> None:
+        """Wake the threads waiting for a place change as soon as labgrid has applied a pushed update (a queued
+        reservation sees its allocation at once, not at its next poll)."""
+        apply = session.on_place_changed
+
+        async def on_place_changed(place_pb2: Any) -> None:
+            await apply(place_pb2)
+            place = session.places.get(place_pb2.name)
+            for listener in self.listeners:
+                listener(place)
+            with self._changed:
+                self.changes += 1
+                self._changed.notify_all()
+
+        session.on_place_changed = on_place_changed  # labgrid's message pump calls it for every place update
+
+    def wait_for_change(self, seen: int, timeout: float) -> bool:
+        """Return once a place update after the ``seen``-th has arrived, or after ``timeout`` seconds; False at
+        once when the update stream is gone (no update will come)."""
+        with self._changed:
+            if self.connected:
+                self._changed.wait_for(lambda: self.changes != seen, max(0.0, timeout))
+        return self.connected
 
     def _stop_loop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -19,8 +19,8 @@ from harness.boards.lease_backends import BoardLockFile, Held
 from harness.config.target import Target
 from harness.errors import InfrastructureError, TargetError, UsageError
 
-POLL_S = 0.02  # a place allocated to us is seen this soon (a local check of the pushed place updates)
-KEEPALIVE_S = 2.0  # our reservation is polled this often while queued (labgrid drops one unpolled for 60 s)
+POLL_S = 0.02  # a coordinator handle that pushes no change notifications is checked this often
+KEEPALIVE_S = 10.0  # our reservation is polled this often while queued (labgrid drops one unpolled for 60 s)
 
 
 class PlaceBusy(UsageError):
@@ -168,8 +168,9 @@ def lock(coordinator: Coordinator, target: Target, wait_s: float,
     """Reserve (the coordinator's fair queue), wait up to ``wait_s`` for an allocation, acquire: (place, token).
 
     While queued, the allocation is seen in the place updates the coordinator pushes (a place's ``reservation``
-    becomes our token), so a freed place is taken within ``POLL_S`` without loading the coordinator; the
-    reservation itself is polled only every ``KEEPALIVE_S`` (labgrid drops a reservation nobody polls)."""
+    becomes our token): the coordinator allocates a freed place inside the release itself, and the waiter wakes
+    on that update and acquires at once, without loading the coordinator; the reservation itself is polled only
+    every ``KEEPALIVE_S`` (labgrid drops a reservation nobody polls)."""
     assert target.labgrid is not None
     filters = target.labgrid.filters
     reservation = coordinator.reserve(filters)
@@ -179,6 +180,7 @@ def lock(coordinator: Coordinator, target: Target, wait_s: float,
     said_waiting = False
     try:
         while True:
+            seen = getattr(coordinator, "changes", None)  # read before the check: no update slips in between
             place = _allocated(coordinator, reservation, token)
             if place is not None:
                 coordinator.acquire(place)
@@ -193,8 +195,8 @@ def lock(coordinator: Coordinator, target: Target, wait_s: float,
                 on_wait(f"{target.name}: waiting up to {wait_s:.0f} s in the labgrid queue for "
                         f"{holders(coordinator, filters)}")
                 said_waiting = True
-            time.sleep(POLL_S)
-            if time.monotonic() - polled >= KEEPALIVE_S:
+            stream_gone = _wait_for_update(coordinator, seen, min(deadline, polled + KEEPALIVE_S) - time.monotonic())
+            if stream_gone or time.monotonic() - polled >= KEEPALIVE_S:
                 reservation, polled = coordinator.poll(token), time.monotonic()
     except BaseException:
         try:
@@ -202,6 +204,18 @@ def lock(coordinator: Coordinator, target: Target, wait_s: float,
         except CoordinatorError:
             pass
         raise
+
+
+def _wait_for_update(coordinator: Coordinator, seen: int | None, timeout: float) -> bool:
+    """Sleep until a place update arrives (or ``timeout``); True when no update will come any more, so the
+    reservation is to be asked for now (a coordinator that went away then fails that request)."""
+    if seen is None:  # a stand-in without pushed updates (the unit tests' fake coordinator)
+        time.sleep(POLL_S)
+        return False
+    if coordinator.wait_for_change(seen, timeout):
+        return False
+    time.sleep(POLL_S)
+    return True
 
 
 def _allocated(coordinator: Coordinator, reservation: Any, token: str) -> str | None:
