@@ -3,19 +3,26 @@
 Run on demand, not in CI.
 
     python3 bench/sampler_overhead.py [--file /var/tmp/x.bin] [--size-gib 2] [--rounds 8] [--round-s 8]
-                                      [--old-rev c7e78c0] [--cpu-s 30]
+                                      [--old-rev c7e78c0] [--v20-rev 57e11ff] [--cpu-s 30] [--skip-throughput]
 
 The modes (all `sampler threads PID --period-ms 5`):
   old       the v1 sampler, built from runner/native/sampler.c at git revision --old-rev (stat of every thread every
             sample, wchan of those not running); without git, the new binary with --stat-ms 0 --wchan stands in
-  exact     the new sampler with --stat-ms 0: stat every sample (exact state letters) + syscall of those not running
-  default   the new sampler as the runner starts it: syscall of every thread every sample, stat every 100 ms
+  v2.0      the first v2 sampler, built from git revision --v20-rev (syscall of every thread every sample, stat every
+            100 ms, the task directory listed every 100 ms, strtol/printf-style output); skipped without git
+  exact     the current sampler with --stat-ms 0: stat every sample (exact state letters) + syscall of those not
+            running
+  nogate    the current sampler with --no-gate: syscall of every thread every sample, stat every 100 ms
+  default   the current sampler as the runner starts it: as nogate, but a thread parked in one wait (the same
+            syscall line twice) is read through its schedstat first, and syscall only when it has run since
 
 1. Sampler CPU, side by side: every mode attached at once to the same process for >= 20 s, first to the validation
    workload (runner/native/workload: 16 threads of busy compute, a futex barrier, cold mmap faults, cold preads,
    sleep), then to the cold-file reader below (16 threads, nearly always in D); CPU = delta of the on-CPU ns of
    /proc/<sampler>/schedstat (cross-checked with utime+stime of /proc/<sampler>/stat), as % of one core.
-   `sampler block DEV --period-ms 10` runs beside them once, for reference.
+   `sampler block DEV --period-ms 10` runs beside them once, for reference. Then v2.0, nogate and default on 16
+   threads + main parked in futex waits (what the gate is for) and on a one-thread `sleep` (the fixed cost of a
+   sample: timer wake-up and loop).
 2. Reader throughput without a sampler (A), with the default mode (B) and with the old mode (C), interleaved
    A B C A B C ..., mean +- sd, the % change of the means and the paired change per round.
 
@@ -204,31 +211,38 @@ def mean_sd(xs: list[float]) -> tuple[float, float]:
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
-MODES = ("old", "exact", "default")
-MODE_ARGS = {"old": [], "exact": ["--stat-ms", "0"], "default": []}
+MODES = ("old", "v2.0", "exact", "nogate", "default")
+MODE_ARGS = {"exact": ["--stat-ms", "0"], "nogate": ["--no-gate"], "default": []}
+OLD_BUILDS: dict[str, Path] = {}  # mode -> binary built from git ("old", "v2.0")
 
 
-def build_old(rev: str, work: Path) -> Path | None:
-    """The v1 sampler from git revision ``rev`` (read with `git show`, nothing in the tree changes); None if
+def build_rev(rev: str, work: Path, name: str) -> Path | None:
+    """The sampler from git revision ``rev`` (read with `git show`, nothing in the tree changes); None if
     git or the revision is not there."""
     try:
         src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:runner/native/sampler.c"], check=True,
                              capture_output=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
-    (work / "sampler-old.c").write_bytes(src)
-    exe = work / "sampler-old"
-    run(["cc", "-std=c99", "-O2", "-D_GNU_SOURCE", "-D_FILE_OFFSET_BITS=64", "-o", str(exe),
-         str(work / "sampler-old.c")])
+    (work / f"{name}.c").write_bytes(src)
+    exe = work / name
+    run(["cc", "-std=c99", "-O2", "-D_GNU_SOURCE", "-D_FILE_OFFSET_BITS=64", "-o", str(exe), str(work / f"{name}.c")])
     return exe
 
 
 def sampler_argv(mode: str, old: Path | None, pid: int, period_ms: int) -> list[str]:
+    common = ["threads", str(pid), "--period-ms", str(period_ms)]
     if mode == "old":
         if old is not None:
-            return [str(old), "threads", str(pid), "--period-ms", str(period_ms)]
-        return [str(BIN / "sampler"), "threads", str(pid), "--period-ms", str(period_ms), "--stat-ms", "0", "--wchan"]
-    return [str(BIN / "sampler"), "threads", str(pid), "--period-ms", str(period_ms), *MODE_ARGS[mode]]
+            return [str(old), *common]
+        return [str(BIN / "sampler"), *common, "--stat-ms", "0", "--wchan", "--no-gate"]
+    if mode in OLD_BUILDS:
+        return [str(OLD_BUILDS[mode]), *common]
+    return [str(BIN / "sampler"), *common, *MODE_ARGS[mode]]
+
+
+def available_modes() -> tuple[str, ...]:
+    return tuple(m for m in MODES if m in MODE_ARGS or m == "old" or m in OLD_BUILDS)
 
 
 class Workload:
@@ -244,17 +258,20 @@ class Workload:
         assert self.p.wait(timeout=600) == 0
 
 
-def cpu_side_by_side(pid: int, a, old: Path | None, work: Path, tag: str, dev: str | None) -> dict:
+def cpu_side_by_side(pid: int, a, old: Path | None, work: Path, tag: str, dev: str | None,
+                     modes: tuple[str, ...] | None = None) -> dict:
     """Every mode attached to ``pid`` at once for a.cpu_s: CPU % of one core per mode (and the block sampler's)."""
     samplers = {mode: Sampler(sampler_argv(mode, old, pid, a.period_ms)[1:], work / f"{tag}-{mode}.txt",
-                              exe=sampler_argv(mode, old, pid, a.period_ms)[0]) for mode in MODES}
+                              exe=sampler_argv(mode, old, pid, a.period_ms)[0]) for mode in modes or available_modes()}
     if dev:
         samplers["block"] = Sampler(["block", dev, "--period-ms", "10"], work / f"{tag}-block.txt")
     c0 = {m: proc_cpu(s.p.pid) for m, s in samplers.items()}
+    load0 = Path("/proc/loadavg").read_text().split()[0]
     t0 = time.monotonic()
     time.sleep(a.cpu_s)
     c1 = {m: proc_cpu(s.p.pid) for m, s in samplers.items()}
     wall = time.monotonic() - t0
+    load = f"{load0}-{Path('/proc/loadavg').read_text().split()[0]}"
     nthreads = len(os.listdir(f"/proc/{pid}/task"))
     tck = os.sysconf("SC_CLK_TCK")
     out = {}
@@ -262,9 +279,26 @@ def cpu_side_by_side(pid: int, a, old: Path | None, work: Path, tag: str, dev: s
         info = s.stop()
         sched = 100.0 * (c1[mode][1] - c0[mode][1]) / 1e9 / wall
         out[mode] = {"sched_pct": sched, "ticks_pct": 100.0 * (c1[mode][0] - c0[mode][0]) / tck / wall,
-                     "wall_s": wall, "threads": nthreads, **info,
+                     "wall_s": wall, "threads": nthreads, "load": load, **info,
                      "us_per_thread_sample": sched / 100.0 * wall / max(1, info.get("samples", 0) * nthreads) * 1e6}
     return out
+
+
+# 16 threads + main parked in futex waits for good: what the gate (schedstat first) is for
+PARKED = [sys.executable, "-c", "import threading; e = threading.Event(); "
+          "[threading.Thread(target=e.wait, daemon=True).start() for _ in range(16)]; e.wait()"]
+
+
+def cpu_on_process(argv: list[str], a, old: Path | None, work: Path, tag: str) -> dict:
+    """v2.0, nogate and default side by side on a process started from ``argv`` (killed afterwards)."""
+    proc = subprocess.Popen(argv)
+    try:
+        time.sleep(0.5)
+        modes = tuple(m for m in ("v2.0", "nogate", "default") if m in available_modes())
+        return cpu_side_by_side(proc.pid, a, old, work, tag, None, modes=modes)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def throughput_rounds(a, reader: Path, old: Path | None, work: Path) -> dict[str, list[float]]:
@@ -296,12 +330,13 @@ def throughput_rounds(a, reader: Path, old: Path | None, work: Path) -> dict[str
 
 def print_cpu(title: str, cpu: dict, period_ms: int) -> None:
     print(f"\n{title}\n")
-    print("| mode | CPU % of one core (schedstat) | (utime+stime) | samples / overruns | µs per thread per sample |")
-    print("|---|---|---|---|---|")
+    print("| mode | CPU % of one core (schedstat) | (utime+stime) | samples / overruns | µs per thread per sample | "
+          "load average (1 min) |")
+    print("|---|---|---|---|---|---|")
     for mode, r in cpu.items():
         label = f"{mode} ({period_ms} ms, {r['threads']} threads)" if mode != "block" else "block (10 ms)"
         print(f"| {label} | {r['sched_pct']:.2f} | {r['ticks_pct']:.2f} | {r.get('samples')} / {r.get('overruns')} | "
-              f"{r['us_per_thread_sample']:.2f} |")
+              f"{r['us_per_thread_sample']:.2f} | {r['load']} |")
 
 
 def print_throughput(mbps: dict[str, list[float]]) -> None:
@@ -344,6 +379,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=8, help="A/B/C triples (>= 4)")
     ap.add_argument("--round-s", type=float, default=8.0)
     ap.add_argument("--old-rev", default="c7e78c0", help="git revision whose sampler.c is the old (v1) mode")
+    ap.add_argument("--v20-rev", default="57e11ff", help="git revision whose sampler.c is the v2.0 mode")
+    ap.add_argument("--skip-throughput", action="store_true", help="only the CPU measurements (~1.5 min)")
     ap.add_argument("--keep", action="store_true", help="keep the test files")
     a = ap.parse_args()
 
@@ -354,7 +391,10 @@ def main() -> int:
     reader = work / "reader"
     (work / "reader.c").write_text(READER_C)
     run(["cc", "-O2", "-Wall", "-pthread", "-o", str(reader), str(work / "reader.c")])
-    old = build_old(a.old_rev, work)
+    old = build_rev(a.old_rev, work, "sampler-old")
+    v20 = build_rev(a.v20_rev, work, "sampler-v20")
+    if v20 is not None:
+        OLD_BUILDS["v2.0"] = v20
     small = (work / "fault.bin", work / "pread.bin")
     created = make_file(a.file, int(a.size_gib * 2**30))
     for f in small:
@@ -373,7 +413,9 @@ def main() -> int:
         time.sleep(1)
         cpu_reader = cpu_side_by_side(rd.pid, a, old, work, "reader", None)
         rd.result_mbps()
-        mbps = throughput_rounds(a, reader, old, work)
+        cpu_parked = cpu_on_process(PARKED, a, old, work, "parked")
+        cpu_floor = cpu_on_process(["sleep", str(a.cpu_s + 30)], a, old, work, "floor")
+        mbps = None if a.skip_throughput else throughput_rounds(a, reader, old, work)
     finally:
         if created and not a.keep:
             a.file.unlink(missing_ok=True)
@@ -385,7 +427,13 @@ def main() -> int:
               a.period_ms)
     print_cpu(f"... attached to the cold-file reader ({a.threads} threads + main, {a.block_kib} KiB pread at random "
               "offsets + FADV_DONTNEED):", cpu_reader, a.period_ms)
-    print_throughput(mbps)
+    print_cpu("... attached to 16 threads + main parked in futex waits (Python threads on one Event):", cpu_parked,
+              a.period_ms)
+    print_cpu("... attached to a one-thread process (`sleep`): the fixed cost of a sample (wake-up, loop):", cpu_floor,
+              a.period_ms)
+    if mbps is not None:
+        print_throughput(mbps)
+    print(f"load average at the end: {Path('/proc/loadavg').read_text().split()[:3]}")
     return 0
 
 

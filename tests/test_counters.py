@@ -21,11 +21,12 @@ import pytest
 
 from harness.analysis.waits import wait_shares
 from harness.parsers import ParseError, parse
+from harness.parsers.counters import THREAD_COLUMNS
 from runner import delayacct
 from runner.collectors import taskstats
 from runner.collectors.run import Collectors
 from runner.contract import CONTRACT_VERSION
-from tests.helpers import build_native_tools, run_cli, workload_files
+from tests.helpers import build_native_tools, run_cli, wait_for, workload_files
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
@@ -167,6 +168,73 @@ def test_busy_thread_counters_without_root_come_from_proc(native: Path, tmp_path
     assert "thrashing_delay_ns" not in shares["available"]
 
 
+
+def proc_counters(task_dir: Path) -> dict[int, tuple[int, ...]]:
+    """Per thread: schedstat's run_ns, runqueue_ns, timeslices and status's nvcsw, nivcsw."""
+    found = {}
+    for task in task_dir.iterdir():
+        status = dict(line.split(":", 1) for line in (task / "status").read_text().splitlines())
+        found[int(task.name)] = (*(int(v) for v in (task / "schedstat").read_text().split()[:3]),
+                                 int(status["voluntary_ctxt_switches"]), int(status["nonvoluntary_ctxt_switches"]))
+    return found
+
+
+def catches_sigterm(pid: int) -> bool:
+    caught = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigCgt"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@linux
+@root
+def test_native_reader_with_taskstats_gives_schedstats_own_numbers(native: Path, tmp_path: Path) -> None:
+    """With taskstats the C reader takes run, runqueue and timeslices from the netlink answer instead of reading
+    schedstat (and the context switches instead of status): on a stopped process, whose counters stand still,
+    every thread's row carries exactly what /proc says."""
+    switch = delayacct.switch_on()
+    workload = subprocess.Popen([str(native / "workload"), "--seconds", "5", "--busy", "1", "--sleep", "1",
+                                 "--hold-ms", "0", "--out", str(tmp_path / "truth.json")])
+    task_dir = Path(f"/proc/{workload.pid}/task")
+    try:
+        wait_for("the workload's threads", lambda: len(list(task_dir.iterdir())) >= 3, timeout=5)
+        time.sleep(0.1)
+        workload.send_signal(signal.SIGSTOP)
+        wait_for("every thread stopped", lambda: all((t / "stat").read_text().rpartition(")")[2].split()[0] in "tT"
+                                                     for t in task_dir.iterdir()), timeout=5)
+        expected = proc_counters(task_dir)
+        reader = subprocess.Popen([str(native / "counters"), "--pid", str(workload.pid), "--period-ms", "1000",
+                                   "--out", str(tmp_path / "rows.txt"), "--taskstats"], stdout=subprocess.PIPE,
+                                  text=True)
+        wait_for("the reader's SIGTERM handler", lambda: catches_sigterm(reader.pid), timeout=5)
+        reader.send_signal(signal.SIGTERM)  # a read at its start (or none, if the signal came first) and one at stop
+        said = dict(word.split("=") for word in reader.communicate(timeout=10)[0].split())
+    finally:
+        workload.kill()
+        workload.wait()
+        delayacct.switch_back(switch)
+    rows = [dict(zip(("kind", *THREAD_COLUMNS, "comm"), line.split("\t"), strict=True))
+            for line in (tmp_path / "rows.txt").read_text().splitlines()]
+    assert {int(row["tid"]) for row in rows} == set(expected)
+    for row in rows:
+        got = tuple(int(row[name]) for name in ("run_ns", "runqueue_ns", "timeslices", "nvcsw", "nivcsw"))
+        assert got == expected[int(row["tid"])], (row, expected)
+    assert int(said["sched_taskstats"]) == len(rows) and said["sched_proc"] == "0", said
+
+
+@linux
+def test_native_reader_ends_when_its_runner_is_gone(native: Path, tmp_path: Path) -> None:
+    """A runner killed mid-run leaves no reader behind polling forever: the reader sees its parent gone, reads once
+    more and exits."""
+    started = subprocess.run(["sh", "-c", f'"{native / "counters"}" --pid {os.getpid()} --period-ms 20 --out '
+                              f'"{tmp_path / "rows.txt"}" >/dev/null & echo $!; sleep 0.1'],
+                             capture_output=True, text=True, check=True)
+    stat = Path(f"/proc/{int(started.stdout)}/stat")
+
+    def ended() -> bool:
+        return not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] in "ZX"
+
+    wait_for("the orphaned reader to end", ended, timeout=5)
+    assert any(line.startswith("t\t") for line in (tmp_path / "rows.txt").read_text().splitlines())
+
 # ---------------------------------------------------------------------------------------------- delayacct switch
 
 @pytest.fixture
@@ -181,10 +249,13 @@ def fake_sysctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def fio_spec(workdir: Path, native: Path, file: str, seconds: int) -> Path:
     run_id = f"counters-{uuid.uuid4().hex[:6]}"
-    run_dir = workdir / "runs" / "set" / run_id
+    # a set of its own: a runner reaps every process of its set and target, and a neighbouring suite runs these
+    # tests too
+    run_dir = workdir / "runs" / f"set-{run_id}" / run_id
     run_dir.mkdir(parents=True)
-    spec = {"contract": CONTRACT_VERSION, "run_id": run_id, "set_id": "set", "target": "local", "cache": "none",
-            "round": 1, "repeat": 1, "params": {}, "cache_files": [], "block_device": None, "native_bin": str(native),
+    spec = {"contract": CONTRACT_VERSION, "run_id": run_id, "set_id": f"set-{run_id}", "target": "local",
+            "cache": "none", "round": 1, "repeat": 1, "params": {}, "cache_files": [], "block_device": None,
+            "native_bin": str(native),
             "collectors": [{"kind": "counters", "period_ms": 100}], "run_dir": str(run_dir), "emulate": None,
             "step": {"kind": "fio", "file": file, "timeout_s": 60,
                      "jobs": [{"name": "r", "rw": "randread", "bs": "4k", "runtime": seconds, "time_based": 1,
@@ -225,7 +296,8 @@ def test_delayacct_is_repaired_after_a_killed_runner(native: Path, cold_files: d
         runner.send_signal(signal.SIGKILL)
         runner.wait(timeout=10)
     finally:
-        subprocess.run([sys.executable, "-m", "runner", "reap", "set/local"], cwd=REPO, capture_output=True)
+        subprocess.run([sys.executable, "-m", "runner", "reap", f"{spec.parent.parent.name}/local"], cwd=REPO,
+                       capture_output=True)
     assert fake_sysctl.read_text() == "1"  # a killed runner cannot restore
     done = subprocess.run([sys.executable, "-m", "runner.emulation", "repair"], cwd=REPO, capture_output=True,
                           text=True, timeout=60)

@@ -90,10 +90,11 @@ def other_read_ahead(path: str) -> int:
 def make_spec(workdir: Path, native_bin: str, file: str, emulate_spec: dict | None, *, cache: str = "cold",
               device: str | None = None, pattern: str = "seq", bs: int = MiB) -> Path:
     run_id = f"{workdir.name}-{uuid.uuid4().hex[:6]}"
-    run_dir = workdir / "runs" / "set" / run_id
+    # a set of its own: a runner reaps every process of its set, and a neighbouring suite runs these tests too
+    run_dir = workdir / "runs" / f"set-{run_id}" / run_id
     run_dir.mkdir(parents=True)
-    spec = {"contract": CONTRACT_VERSION, "run_id": run_id, "set_id": "set", "cache": cache, "round": 1, "repeat": 1,
-            "params": {},
+    spec = {"contract": CONTRACT_VERSION, "run_id": run_id, "set_id": f"set-{run_id}", "cache": cache,
+            "round": 1, "repeat": 1, "params": {},
             "cache_files": [file] if cache != "none" else [], "block_device": device or block_device_of(file),
             "native_bin": native_bin, "collectors": [], "run_dir": str(run_dir), "emulate": emulate_spec,
             "step": {"kind": "read", "file": file, "pattern": pattern, "bs_bytes": bs, "seed": 0,
@@ -304,7 +305,7 @@ def test_unprivileged_runner_refuses_naming_what_needs_root(native_bin: str, fil
         workdir.mkdir(parents=True)
         spec = make_spec(workdir, native_bin, files["small"], {"memory_bytes": 64 * MiB, "read_ahead_kb": 128},
                          cache="none")
-        for path in (workdir, workdir / "runs", workdir / "runs" / "set", spec.parent):
+        for path in (workdir, workdir / "runs", spec.parent.parent, spec.parent):
             path.chmod(0o777)
         done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
                                "-m", "runner", "run", str(spec)], cwd=REPO, capture_output=True, text=True,

@@ -124,10 +124,10 @@ def wait_samples(p: subprocess.Popen, n: int, reads_per_sample: int = 1) -> None
     """Until the sampler ``p`` has taken at least ``n`` more samples (counted from now).
 
     The sampler buffers its records until it exits, so its output cannot show progress; its read calls can: every
-    sample re-reads its files with one ``pread`` each (block mode: one file; threads mode: at most two per thread,
-    ``stat`` and ``wchan``), and it reads nothing else while sampling. ``reads_per_sample`` is that upper bound, so
-    ``n * reads_per_sample`` more reads mean at least ``n`` more samples were started; a stopped sampler finishes
-    the sample it is in, so they are all in its output."""
+    sample re-reads its files with one ``pread`` each (block mode: one file; threads mode: at most four per thread,
+    ``stat``, ``schedstat``, ``syscall`` and ``wchan``), and it reads nothing else while sampling.
+    ``reads_per_sample`` is that upper bound, so ``n * reads_per_sample`` more reads mean at least ``n`` more
+    samples were started; a stopped sampler finishes the sample it is in, so they are all in its output."""
     if not Path("/proc/self/io").exists():
         p.kill()
         p.wait()
@@ -585,13 +585,14 @@ def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
         t0 = time.monotonic_ns()
         # stat and wchan of every thread every sample (v1's reads), and syscall for those not running
         p = start_sampler(native, out, "threads", child.pid, "--stat-ms", "0", "--wchan")
-        wait_samples(p, 2, reads_per_sample=15)  # five threads: at most a stat, a syscall and a wchan read each
+        # five threads: at most a stat, a schedstat (a gated thread), a syscall and a wchan read each
+        wait_samples(p, 2, reads_per_sample=20)
         # the spinner burns CPU while it is sampled: wait until it has used 20 more ticks than any sample so far saw,
         # then for samples that see it
         burned = _spinner_ticks(child) + 20
         wait_for("the spinning thread to use 20 more clock ticks of CPU", lambda: _spinner_ticks(child) >= burned,
                  timeout=120)
-        wait_samples(p, 2, reads_per_sample=15)
+        wait_samples(p, 2, reads_per_sample=20)
         # the child exits by itself and is NOT reaped yet (a zombie): the sampler must still notice and stop
         child.stdin.close()
         rc = p.wait(timeout=60)
@@ -608,7 +609,7 @@ def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
     assert (
         header
         == f"# harness-sampler v2 mode=threads pid={child.pid} period_ms=5 clock_ticks_per_s={tck} stat_every=1 "
-        f"wchan=1 arch={_arch()} clock=monotonic"
+        f"wchan=1 arch={_arch()} gate=schedstat clock=monotonic"
     )
     assert len(trailer) == 1 and EXIT_RE.match(trailer[0]), trailer
     assert out.read_text().splitlines()[-1] == trailer[0]  # the exit line is the last line
@@ -761,7 +762,7 @@ def test_threads_fake_tree_parsing_churn_and_zombie_exit(native: Path, tmp_path:
     header, recs, trailer = read_output(out)
     assert header == (
         f"# harness-sampler v2 mode=threads pid=4242 period_ms=10 clock_ticks_per_s={os.sysconf('SC_CLK_TCK')} "
-        f"stat_every=10 wchan=1 arch={_arch()} "
+        f"stat_every=10 wchan=1 arch={_arch()} gate=schedstat "
         "clock=monotonic"
     )
     assert len(trailer) == 1 and EXIT_RE.match(trailer[0])
@@ -783,3 +784,48 @@ def test_threads_fake_tree_parsing_churn_and_zombie_exit(native: Path, tmp_path:
     assert gone and all(4243 not in tids_at[t] for t in ts if t >= gone[0])
     assert [r["wchan"] for r in rows if r["tid"] == 4250][0] == "futex_wait_queue"
     assert {r["state"] for r in rows if r["t"] == ts[-1]} == {"Z"}
+
+
+def _rewrite_in_place(path: Path, text: str) -> None:
+    """Same length, same inode: the sampler keeps its fd open and re-reads at offset 0."""
+    with open(path, "r+") as f:
+        assert len(f.read()) == len(text)
+        f.seek(0)
+        f.write(text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gate", [True, False])
+def test_threads_parked_thread_is_reread_only_after_its_schedstat_moves(native: Path, tmp_path: Path, gate: bool):
+    """A thread parked in one wait (the same syscall line twice in a row) is read through its schedstat first: while
+    sum_exec_runtime and pcount stay put it has not been on a CPU, so its last syscall reading still holds and is
+    written again; once they move, syscall is read again. With --no-gate syscall is read every sample."""
+    task = tmp_path / "proc" / "4242" / "task"
+    task.mkdir(parents=True)
+    _make_task(task, 4242, _fake_stat(4242, "parked", "S", 1, 2, 3), None)
+    first, second = "7 0x1 0x0 0x0 0x0 0x0 0x0 0x7ffd 0x4011\n", "9 0x1 0x0 0x0 0x0 0x0 0x0 0x7ffd 0x4011\n"
+    (task / "4242" / "syscall").write_text(first)
+    (task / "4242" / "schedstat").write_text("1000 20 3\n")
+    out = tmp_path / "out.txt"
+    p = start_sampler(native, out, "threads", 4242, "--period-ms", "10", "--stat-ms", "100000", "--root", tmp_path,
+                      *([] if gate else ["--no-gate"]))
+    wait_samples(p, 5, reads_per_sample=2)  # by now parked: two identical lines, then a schedstat baseline
+    changed_syscall = time.monotonic_ns()
+    _rewrite_in_place(task / "4242" / "syscall", second)  # a new wait, but schedstat says it never ran: impossible
+    wait_samples(p, 5, reads_per_sample=2)  # on a real thread, so it shows only where syscall is re-read anyway
+    changed_schedstat = time.monotonic_ns()
+    _rewrite_in_place(task / "4242" / "schedstat", "1500 20 4\n")  # it ran
+    wait_samples(p, 5, reads_per_sample=2)
+    assert stop(p) == 0
+
+    header, recs, _ = read_output(out)
+    assert header.endswith(f" gate={'schedstat' if gate else 'none'} clock=monotonic")
+    rows = parse_threads(recs)
+    assert all(r["tid"] == 4242 for r in rows)
+    before = [r["nr"] for r in rows if r["t"] < changed_syscall]
+    between = [r["nr"] for r in rows if changed_syscall < r["t"] < changed_schedstat]
+    after = [r["nr"] for r in rows if r["t"] > changed_schedstat]
+    assert len(before) >= 5 and set(before) == {7}
+    assert len(between) >= 4 and set(between) == ({7} if gate else {9})
+    assert len(after) >= 4 and set(after) == {9}
+    assert all(r["state"] == "-" for r in rows[1:])  # stat was read at the first sample only

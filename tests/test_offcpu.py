@@ -2,7 +2,8 @@
 of known behaviour (cold mmap faults, cold preads, sleep; compute, a futex barrier, two threads pinned to one CPU),
 each measuring its own truth with clocks in the same run, under the runner's offcpu and counters collectors.
 offcpu's classes must agree with that truth, and the counters with offcpu, whatever else the machine runs: every
-comparison is against what the workload measured of itself in that run.
+comparison is against what the workload measured of itself in that run -- also beside a neighbour making about a
+million syscalls and a hundred thousand context switches a second, where bpftrace must miss almost nothing (issue 13).
 
 Also, without bpftrace: the parser on a captured file (tests/data/offcpu), the classes of syscalls, the shares of a
 window, and a collector that cannot run skipped with one line.
@@ -11,6 +12,8 @@ window, and a collector that cannot run skipped with one line.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +24,7 @@ import pytest
 from harness.analysis.offcpu import offcpu_shares
 from harness.analysis.waits import wait_shares
 from harness.parsers import ParseError, parse
+from harness.parsers.offcpu import offcpu_notes
 from runner.collectors import offcpu
 from runner.collectors.run import Collectors
 from tests.helpers import build_native_tools, cli_in_process, workload_files
@@ -28,6 +32,11 @@ from tests.helpers import build_native_tools, cli_in_process, workload_files
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "offcpu"
 PP = 0.05  # 5 percentage points
+MAX_MISSED = 0.01  # of the switches traced; before issue 13's fix, 6-13 % beside the neighbour below
+# a syscall-heavy neighbour: one process making tiny syscalls as fast as it can, two echoing a byte over pipes
+SYSCALLS_LOOP = "import os\nwhile True:\n    os.getppid()"
+ECHO_LOOP = ("import os\nif os.environ['FIRST'] == '1':\n    os.write(1, b'x')\n"
+             "while os.write(1, os.read(0, 1)):\n    pass")
 TRUTH_OF = {"fault": ("fault_ns", "fault_io"), "pread": ("pread_ns", "read_io"), "sleep": ("sleep_ns", "idle"),
             "barrier": ("futex_ns", "futex")}
 
@@ -47,6 +56,41 @@ def cold_files(native: Path) -> Iterator[dict[str, str]]:
         yield files
 
 
+@pytest.fixture
+def syscall_heavy_neighbour() -> Iterator[list[int]]:
+    """Processes that are not the runner's children, each stopped by its pid afterwards."""
+    to_echo, from_first = os.pipe()
+    to_first, from_echo = os.pipe()
+    procs = [subprocess.Popen([sys.executable, "-c", SYSCALLS_LOOP])]
+    for first, stdin, stdout in (("1", to_first, from_first), ("0", to_echo, from_echo)):
+        procs.append(subprocess.Popen([sys.executable, "-c", ECHO_LOOP], stdin=stdin, stdout=stdout,
+                                      env={**os.environ, "FIRST": first}))
+    for fd in (to_echo, from_first, to_first, from_echo):
+        os.close(fd)
+    try:
+        yield [proc.pid for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def missed_share(run_dir: Path) -> tuple[float, dict[str, str]]:
+    """What bpftrace missed (the ``# stop`` line's counts) over the switches it traced, and the counts."""
+    data = (run_dir / "offcpu.txt").read_bytes()
+    rows = parse("offcpu", data)
+    last = max(row["t_ns"] for row in rows)
+    switches = sum(row["count"] for row in rows if row["t_ns"] == last)
+    notes = offcpu_notes(data)
+    missed = sum(int(notes[f"collector_{key}"]) for key in offcpu.MISSED)
+    return missed / switches, notes
+
+
+def machine_ticks() -> list[int]:
+    """/proc/stat's cpu line: user nice system idle iowait irq softirq steal ..."""
+    return [int(field) for field in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+
+
 def run_workload(native: Path, run_dir: Path, args: list[str]) -> list[tuple[dict, dict, dict]]:
     """The workload under offcpu (every 100 ms) and counters (every 20 ms), as a run's step would be. Per thread:
     (its truth as fractions of its phase, offcpu's shares over the snapshots inside the phase, the counters' shares
@@ -54,6 +98,7 @@ def run_workload(native: Path, run_dir: Path, args: list[str]) -> list[tuple[dic
     collectors = Collectors([{"kind": "offcpu", "period_ms": 100, "optional": False},
                              {"kind": "counters", "period_ms": 20}], str(native), str(run_dir), None)
     collectors.start_global()  # returns once bpftrace's probes are attached
+    ticks = machine_ticks()
     try:
         proc = subprocess.Popen([str(native / "workload"), *args, "--out", str(run_dir / "truth.json")])
         collectors.on_spawn(proc.pid)
@@ -61,7 +106,10 @@ def run_workload(native: Path, run_dir: Path, args: list[str]) -> list[tuple[dic
     finally:
         errors = collectors.stop_all()
     assert errors == []
-    print((run_dir / "offcpu.txt").read_text().splitlines()[-1])  # the events bpftrace missed, shown on a failure
+    # shown on a failure: the events bpftrace missed, and the hypervisor's steal (a thread's CPU clock leaves out
+    # the time stolen from it, which offcpu counts as on CPU: a loaded host alone can push the two 5 points apart)
+    spent = [after - before for after, before in zip(machine_ticks(), ticks, strict=False)]
+    print((run_dir / "offcpu.txt").read_text().splitlines()[-1], f"steal={100 * spent[7] / sum(spent):.0f}%")
     truth = json.loads((run_dir / "truth.json").read_text())
     rows = parse("offcpu", (run_dir / "offcpu.txt").read_bytes())
     counters = [r for r in parse("counters", (run_dir / "counters.txt").read_bytes()) if r["kind"] == "thread"]
@@ -113,6 +161,24 @@ def test_offcpu_matches_the_truth_of_blocking_threads(native: Path, cold_files: 
         assert_agrees(truth, shares, waits)
     header = (tmp_path / "offcpu.txt").read_text().splitlines()[0]
     assert header.startswith("# harness-offcpu v1 ") and "arch=" in header, header
+    assert missed_share(tmp_path)[0] <= MAX_MISSED
+
+
+@pytest.mark.slow
+@bpftrace
+def test_offcpu_misses_almost_nothing_beside_a_syscall_heavy_neighbour(
+        native: Path, cold_files: dict, tmp_path: Path, syscall_heavy_neighbour: list[int]) -> None:
+    """Issue 13: beside a neighbour making millions of syscalls, the wake-ups and switches of the step's threads are
+    all but all seen (bpftrace used to miss up to 13 % of the wake-ups: its per-syscall programs held the CPU's BPF
+    slot when the wake-up interrupt came), and the classes agree with the threads' clocks as well as when alone."""
+    threads = run_workload(native, tmp_path, ["--seconds", "4", "--fault", cold_files["fault"], "--pread",
+                                              cold_files["pread"], "--sleep", "1"])
+    assert all(Path(f"/proc/{pid}").exists() for pid in syscall_heavy_neighbour)  # it ran the whole time
+    assert sorted(t["role"] for t, _s, _w in threads) == ["fault", "pread", "sleep"]
+    for truth, shares, waits in threads:
+        assert_agrees(truth, shares, waits)
+    share, notes = missed_share(tmp_path)
+    assert share <= MAX_MISSED, notes
 
 
 @pytest.mark.slow
@@ -145,9 +211,11 @@ def test_syscalls_fall_into_the_samplers_classes() -> None:
         assert {"read", "pread64", "futex", "ioctl", "nanosleep", "clock_nanosleep", "ppoll"} <= set(table)
 
 
-def test_captured_offcpu_parses_and_gives_each_threads_classes() -> None:
-    """A real capture (tests/data/offcpu/SOURCE.md): the workload's pread, fault and sleep threads."""
-    rows = parse("offcpu", (DATA / "offcpu.txt").read_bytes())
+@pytest.mark.parametrize("capture", ["offcpu.txt", "offcpu-regs.txt"])
+def test_captured_offcpu_parses_and_gives_each_threads_classes(capture: str) -> None:
+    """Real captures (tests/data/offcpu/SOURCE.md), before and after issue 13's change of the program: the workload's
+    pread, fault and sleep threads."""
+    rows = parse("offcpu", (DATA / capture).read_bytes())
     assert rows and {r["arch"] for r in rows} == {"x86_64"}
     by_comm = {}
     for row in rows:
@@ -178,6 +246,47 @@ def test_malformed_offcpu_line_is_one_line_naming_file_and_line(tmp_path: Path) 
     assert result.returncode == 2
     message = result.stderr.strip()
     assert len(message.splitlines()) == 1 and str(bad) in message and "line 3" in message, message
+
+
+def test_what_bpftrace_missed_is_recorded_and_said_in_one_line(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    from harness.collectors import COLLECTORS
+
+    lines = (DATA / "offcpu.txt").read_text().splitlines()
+    lines[-1] += " lost=0 noregs=0 unseen=2 unwoken=5"
+    (tmp_path / "offcpu.txt").write_text("\n".join(lines) + "\n")
+    with caplog.at_level(logging.WARNING):
+        rows = COLLECTORS["offcpu"].ingest(tmp_path, {})["offcpu"]
+    assert {(r["collector_unwoken"], r["collector_unseen"], r["collector_lost"]) for r in rows} == {("5", "2", "0")}
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "\n" not in warning and str(tmp_path) in warning and "unwoken=5 unseen=2" in warning, warning
+    assert "lost" not in warning  # only what was missed
+    assert offcpu.missed_warning({"unwoken": 0, "unseen": 0, "noregs": 0, "lost": 0}) is None
+    assert "lost=3" in offcpu.missed_warning({"unwoken": 0, "unseen": 0, "noregs": 0, "lost": 3})
+
+
+def test_old_captures_without_the_new_counts_ingest_without_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    from harness.collectors import COLLECTORS
+
+    with caplog.at_level(logging.WARNING):
+        rows = COLLECTORS["offcpu"].ingest(DATA, {})["offcpu"]
+    assert rows and "collector_lost" not in rows[0] and not caplog.records
+    notes = offcpu_notes((DATA / "offcpu-regs.txt").read_bytes())  # the new ones count all four
+    assert {key: notes[f"collector_{key}"] for key in offcpu.MISSED} == {"unwoken": "0", "unseen": "2",
+                                                                           "noregs": "0", "lost": "0"}
+
+
+def test_the_program_reads_the_syscall_from_registers_on_every_architecture() -> None:
+    """No per-syscall probe (issue 13: they ran on every syscall of the machine); the syscall and an ioctl's fd come
+    from the registers a thread left the CPU with, on each architecture the syscall table knows."""
+    for machine in offcpu.SYSCALLS:
+        program = offcpu.program(4242, 100, machine)
+        assert "raw_syscalls" not in program and "pid == 4242" in program and "interval:ms:100" in program
+        fields = offcpu.REGS[machine]
+        assert f"$r->{fields['syscall']}" in program and f"$r->{fields['arg0']}" in program
+        assert f"$why == {offcpu.SYSCALLS[machine]['ioctl']}" in program
+        assert program.count("struct pt_regs *") == len(fields["stacks"])
+        assert not any(word in program for word in ("FIND_REGS", "USER", "SYSCALL", "ARG0", "PERIOD_MS", "RUNNER"))
 
 
 def test_offcpu_output_of_another_version_or_class_is_refused() -> None:

@@ -26,6 +26,14 @@ class BlockstatConfig(PeriodConfig):
 
 class ThreadsConfig(PeriodConfig):
     period_ms: Annotated[int, Field(ge=1, le=10_000)] = 5
+    # stat (state letter D/S, majflt, utime, stime) of every thread every this many ms; 0: every sample (exact
+    # state letters, about twice the sampler's CPU). The sampler's --stat-ms.
+    stat_ms: Annotated[int, Field(ge=0, le=3_600_000)] = 100
+    # the kernel wait channel of every thread off CPU every sample (the sampler's --wchan; costs ~50 % more CPU)
+    wchan: bool = False
+    # a thread parked in one wait is re-read only after its schedstat shows it ran (false: the sampler's --no-gate,
+    # syscall of every thread every sample; a woken parked thread then shows R while it waits for a CPU)
+    gate: bool = True
 
 
 @register_collector

@@ -9,11 +9,13 @@ delayacct=on delayacct_switched=yes psi=system
     t  t_ns tid run_ns runqueue_ns timeslices utime_ticks stime_ticks blkio_ticks nvcsw nivcsw cpu_delay_ns
        blkio_delay_ns swapin_delay_ns thrashing_delay_ns freepages_delay_ns compact_delay_ns comm
     p  t_ns memory_some_us memory_full_us io_some_us io_full_us
-    # stop t_ns=... reads=... overruns=... cpu_s=... delayacct_restored=...
+    # stop t_ns=... reads=... overruns=... cpu_s=... delayacct_restored=... [sched_taskstats=N sched_proc=N]
 
-``-`` is a counter the kernel did not give (None here). Thread rows carry the header's facts (``taskstats``,
-``delayacct``, ``delayacct_switched``, ``psi``) so each row says which counters were there; PSI rows have
-``tid`` None. Output of another version, or without the header, is refused.
+``-`` is a counter the kernel did not give (None here). run_ns, runqueue_ns and timeslices are schedstat's numbers
+whichever source gave them (the native reader takes them from taskstats' cpu_run_virtual_total, cpu_delay_total
+and cpu_count, the same kernel fields; the stop line counts the thread reads of each source). Thread rows carry
+the header's facts (``taskstats``, ``delayacct``, ``delayacct_switched``, ``psi``) so each row says which counters
+were there; PSI rows have ``tid`` None. Output of another version, or without the header, is refused.
 """
 
 from __future__ import annotations

@@ -5,14 +5,16 @@ the step's threads, cumulative since its attach, one TAB-separated line per thre
 
     # harness-offcpu v1 pid=123 period_ms=1000 clock=monotonic arch=x86_64 bpftrace=v0.17.0 tracefs=mounted
     s  t_ns tid class state syscall device blocked_ns runqueue_ns count comm
-    # stop t_ns=... snapshots=... cpu_s=... tracefs_restored=yes|no|- unwoken=N unseen=N
+    # stop t_ns=... snapshots=... cpu_s=... tracefs_restored=yes|no|- lost=N noregs=N unseen=N unwoken=N
 
 ``blocked_ns`` is the time asleep (switch-out to wake-up), ``runqueue_ns`` the wait for a CPU after the wake-up
 (for class ``runqueue``, state R: preempted, the whole time off CPU). Rows carry the header's ``pid``, ``arch``
 and ``bpftrace``. ``unwoken`` counts the sleeps whose wake-up bpftrace did not see (the sched_wakeup program is
 skipped when it interrupts another BPF program on that CPU): their wait for a CPU is counted as blocked. ``unseen``
-counts the switches back in that bpftrace missed (the off-CPU interval is then lost). Output of another version, or
-without the header, is refused.
+counts the switches in or out that bpftrace missed (the off-CPU interval is then lost), ``noregs`` the switches out
+whose syscall could not be read (syscall ``unknown``), ``lost`` the events bpftrace's perf buffer dropped; captures
+before issue 13 have only ``unwoken`` and ``unseen``, the missing counts are left empty. Output of another version,
+or without the header, is refused.
 """
 
 from __future__ import annotations
@@ -69,11 +71,21 @@ def parse_offcpu(data: bytes) -> list[dict[str, Any]]:
     return rows
 
 
+MISSED = ("unwoken", "unseen", "noregs", "lost")
+
+
 def offcpu_notes(data: bytes) -> dict[str, str]:
-    """The ``# stop`` line's fields (the reader's CPU, snapshots, whether tracefs was restored) for each row."""
+    """The ``# stop`` line's fields (the reader's CPU, snapshots, whether tracefs was restored, what bpftrace missed)
+    for each row."""
     for raw in iter_lines(data):
         if raw.startswith("# stop "):
             stop = header_fields(raw)
-            keys = ("snapshots", "cpu_s", "tracefs_restored", "unwoken", "unseen")
+            keys = ("snapshots", "cpu_s", "tracefs_restored", *MISSED)
             return {f"collector_{key}": stop[key] for key in keys if key in stop}
     return {}
+
+
+def missed_events(notes: dict[str, str]) -> dict[str, int]:
+    """What bpftrace missed, from :func:`offcpu_notes`: {count name: N} for the counts above zero."""
+    counts = {key: notes.get(f"collector_{key}", "0") for key in MISSED}
+    return {key: int(value) for key, value in counts.items() if value.isdigit() and int(value) > 0}

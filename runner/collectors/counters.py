@@ -25,10 +25,12 @@ delayacct=on delayacct_switched=yes psi=system
 <TAB>nvcsw<TAB>nivcsw<TAB>cpu_delay_ns<TAB>blkio_delay_ns<TAB>swapin_delay_ns<TAB>thrashing_delay_ns\
 <TAB>freepages_delay_ns<TAB>compact_delay_ns<TAB>comm
     p<TAB>t_ns<TAB>memory_some_us<TAB>memory_full_us<TAB>io_some_us<TAB>io_full_us
-    # stop t_ns=... reads=... overruns=... cpu_s=...
+    # stop t_ns=... reads=... overruns=... cpu_s=... delayacct_restored=... [sched_taskstats=N sched_proc=N]
 
 ``-`` marks a value the kernel did not give. Files are kept open and re-read with pread (a /proc read is a few
-microseconds then).
+microseconds then). The native reader with taskstats takes run/runqueue/timeslices from the taskstats answer
+(cpu_run_virtual_total, cpu_delay_total, cpu_count: the very fields schedstat prints) and reads schedstat only for
+a thread whose answer lacks them (delay accounting off); the stop line counts the thread reads of each source.
 
 Two readers write the same lines: ``native`` (the default where runner/native/bin/counters is built: the periodic
 reads in C, taskstats included; this module writes the header and the ``# stop`` line) and ``python`` (this
@@ -266,6 +268,9 @@ class Counters:
         fields = dict(word.split("=", 1) for word in said.decode(errors="replace").split() if "=" in word)
         self.reads, self.overruns = int(fields.get("reads", 0)), int(fields.get("overruns", 0))
         self.cpu_s = float(fields.get("cpu_s", 0.0))
+        # thread reads whose run/runqueue/timeslices came from taskstats or from schedstat (same kernel fields)
+        self.sched_sources = " ".join("%s=%s" % (key, fields[key]) for key in ("sched_taskstats", "sched_proc")
+                                      if key in fields)
         if self.proc.returncode != 0:
             self.error = self.error or "counters reader exited %s: %s" % (
                 self.proc.returncode, err.decode(errors="replace").strip()[-300:])
@@ -287,8 +292,9 @@ class Counters:
         if self.out is not None:
             switch = self.switch or {}
             restored = switch.get("restored", "shared" if switch.get("left_on_for_others") else "-")
-            self.out.write("# stop t_ns=%d reads=%d overruns=%d cpu_s=%.6f delayacct_restored=%s\n"
-                           % (time.monotonic_ns(), self.reads, self.overruns, getattr(self, "cpu_s", 0.0), restored))
+            self.out.write("# stop t_ns=%d reads=%d overruns=%d cpu_s=%.6f delayacct_restored=%s%s\n"
+                           % (time.monotonic_ns(), self.reads, self.overruns, getattr(self, "cpu_s", 0.0), restored,
+                              (" " + self.sched_sources) if getattr(self, "sched_sources", "") else ""))
             self.out.close()
             self.out = None
         return (self.switch or {}).get("restore_error") or self.error

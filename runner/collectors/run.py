@@ -53,6 +53,16 @@ def start_platform(specs, run_dir):
     return running, skipped
 
 
+def threads_options(spec):
+    """The thread sampler's options beyond the period (a spec from an older controller has neither key)."""
+    options = ["--stat-ms", str(int(spec.get("stat_ms", 100)))]
+    if spec.get("wchan"):
+        options.append("--wchan")
+    if not spec.get("gate", True):
+        options.append("--no-gate")
+    return options
+
+
 class Collectors:
     """Starts block-level samplers before the step and per-process ones when the step spawns."""
 
@@ -63,9 +73,9 @@ class Collectors:
         self.errors = []
         self.counters = self.offcpu = None
 
-    def _sampler(self, mode, subject, period_ms, name):
+    def _sampler(self, mode, subject, period_ms, name, options=()):
         return Sampler([os.path.join(self.native_bin, "sampler"), mode, str(subject), "--period-ms",
-                        str(period_ms)], os.path.join(self.run_dir, name))
+                        str(period_ms)] + list(options), os.path.join(self.run_dir, name))
 
     def start_global(self):
         # platform collectors (tegrastats, vmstat, psi, thermal, power, iostat, vm_stat, powermetrics, jtop);
@@ -120,9 +130,11 @@ class Collectors:
         if self.offcpu is not None and self.offcpu.pid is None:
             self.offcpu.follow(pid)
         spec = self.specs.get("threads")
-        if spec is None or any(s.argv[1] == "threads" for s in self.running):
-            return  # thread sampling follows the step's first (main) process
-        sampler = self._sampler("threads", pid, spec["period_ms"], "threads.txt")
+        # thread sampling follows the step's first (main) process; asked by mode, not by position: the counters
+        # and offcpu readers in self.running have argv of their own shapes
+        if spec is None or any(getattr(s, "argv", [None, None])[1:2] == ["threads"] for s in self.running):
+            return
+        sampler = self._sampler("threads", pid, spec["period_ms"], "threads.txt", threads_options(spec))
         sampler.start()
         self.running.append(sampler)
 

@@ -41,6 +41,8 @@ FIELDS = {
     "blkio_count": 32, "blkio_delay_total": 40,  # sleeping in io_schedule: block I/O, page-cache reads and faults
     "swapin_count": 48, "swapin_delay_total": 56,
     "cpu_run_real_total": 64,  # on CPU: utime + stime, tick-sampled on most kernels (schedstat's is exact)
+    # (cpu_run_virtual_total at 72 is se.sum_exec_runtime, schedstat's exact on-CPU ns, and cpu_count at 16 its
+    # timeslices: runner/native/counters.c takes all three schedstat numbers from here)
     "ac_utime_us": 152, "ac_stime_us": 160, "ac_minflt": 168, "ac_majflt": 176,
     "nvcsw": 272, "nivcsw": 280,
     "freepages_count": 312, "freepages_delay_total": 320,  # direct reclaim

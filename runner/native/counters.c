@@ -1,8 +1,11 @@
 /*
  * counters: the periodic reads of the counters collector (runner/collectors/counters.py) in C -- per thread of one
- * process, every period: /proc/PID/task/TID/schedstat and stat (and status when taskstats is not used), the
- * taskstats delay totals over generic netlink, and PSI totals. The Python collector writes the header and the
- * "# stop" line; this program appends the data lines in the format harness/parsers/counters.py reads:
+ * process, every period: with taskstats, one generic-netlink answer per thread carries everything (schedstat's
+ * three numbers too: cpu_run_virtual_total, cpu_delay_total and cpu_count are the same kernel fields, filled while
+ * delay accounting is on; a thread whose answer lacks them -- delay accounting off -- is read from
+ * /proc/PID/task/TID/schedstat instead); without taskstats, /proc/PID/task/TID/schedstat, stat and status. And PSI
+ * totals. The Python collector writes the header and the "# stop" line; this program appends the data lines in
+ * the format harness/parsers/counters.py reads:
  *
  *   t  t_ns tid run_ns runqueue_ns timeslices utime_ticks stime_ticks blkio_ticks nvcsw nivcsw cpu_delay_ns
  *      blkio_delay_ns swapin_delay_ns thrashing_delay_ns freepages_delay_ns compact_delay_ns comm
@@ -10,9 +13,12 @@
  *
  *   counters --pid PID --period-ms MS --out FILE [--taskstats] [--psi MEMORY_FILE --psi IO_FILE]
  *
- * Reads now, every period, and once more at SIGTERM/SIGINT; then prints "reads=N overruns=N cpu_s=S" on stdout.
- * A read that takes longer than the period is skipped, never caught up in bursts (overruns). "-" marks a value the
- * kernel did not give. Files stay open and are re-read with pread (a /proc read is then a few microseconds).
+ * Reads now, every period, and once more at SIGTERM/SIGINT (or once its parent, the runner, is gone); then prints "reads=N overruns=N cpu_s=S
+ * sched_taskstats=N sched_proc=N" on stdout (the last two: thread reads whose run/runqueue/timeslices came from
+ * taskstats or from /proc). A read that takes longer than the period is skipped, never caught up in bursts
+ * (overruns). "-" marks a value the kernel did not give. Files stay open and are re-read with pread (a /proc read
+ * is then a few microseconds). Lines are formatted by hand (printf was a fifth of the CPU) and written once a
+ * second and at the end (each write also updates the file's mtime: a journalled inode update per read).
  *
  * Linux only (procfs, netlink).
  */
@@ -33,6 +39,7 @@
 #include <unistd.h>
 
 #define MAX_THREADS 4096
+#define BATCH 64 /* threads asked per datagram: their answers always fit the socket's receive buffer */
 #define TASKSTATS_CMD_GET 1
 #define TASKSTATS_CMD_ATTR_PID 1
 #define TASKSTATS_TYPE_PID 1
@@ -42,19 +49,24 @@
 /* byte offsets of the u64 fields read from struct taskstats (linux/taskstats.h; the struct only grows at its end) */
 static const int DELAY_OFFSETS[] = {24, 40, 56, 336, 320, 360}; /* cpu, blkio, swapin, thrashing, freepages, compact */
 #define N_DELAYS 6
+#define CPU_COUNT_OFFSET 16       /* sched_info.pcount: schedstat's timeslices */
+#define CPU_RUN_VIRTUAL_OFFSET 72 /* se.sum_exec_runtime: schedstat's on-CPU ns (cpu_delay_total is its run_delay) */
 #define NVCSW_OFFSET 272
 #define NIVCSW_OFFSET 280
 #define COMM_OFFSET 80 /* char ac_comm[32] */
-
 #define UTIME_US_OFFSET 152
 #define STIME_US_OFFSET 160
 
+#define OUT_CAP (1 << 20)
+#define FLUSH_NS 1000000000LL
+
 struct thread {
     long tid;
-    int schedstat_fd, stat_fd, status_fd;
+    int schedstat_fd, stat_fd, status_fd; /* with taskstats, schedstat is opened only if an answer lacks it */
     int seen; /* in the latest listing */
     int has_stats;
-    uint64_t delays[N_DELAYS], nvcsw, nivcsw, utime_us, stime_us;
+    int64_t t_ns; /* when its answer was read */
+    uint64_t delays[N_DELAYS], nvcsw, nivcsw, utime_us, stime_us, run_ns, timeslices;
     int has_delay[N_DELAYS];
     char comm[33];
 };
@@ -69,7 +81,11 @@ static const char *psi_paths[2];
 static int psi_fds[2] = {-1, -1};
 static int n_psi;
 static int task_dir_fd = -1, listed_threads = -1, reads_since_listing, thread_gone;
-static FILE *out;
+static int out_fd = -1;
+static char out_buf[OUT_CAP];
+static size_t out_len;
+static int64_t flushed_at;
+static long sched_from_taskstats, sched_from_proc;
 static unsigned long long clk_tck = 100;
 
 static void on_signal(int sig) { (void)sig; stopping = 1; }
@@ -86,6 +102,54 @@ static ssize_t read_at0(int fd, char *buf, size_t cap) {
         return -1;
     buf[n] = 0;
     return n;
+}
+
+/* ------------------------------------------------------------------------------------------------------ output */
+
+static void flush_out(void) {
+    for (size_t done = 0; done < out_len;) {
+        ssize_t n = write(out_fd, out_buf + done, out_len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break; /* disk full: what is lost is lost, the reads go on */
+        done += (size_t)n;
+    }
+    out_len = 0;
+    flushed_at = mono_ns();
+}
+
+static void put_str(const char *s) {
+    while (*s)
+        out_buf[out_len++] = *s++;
+}
+
+static void put_u64(uint64_t v) {
+    char digits[20];
+    int n = 0;
+    do
+        digits[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n)
+        out_buf[out_len++] = digits[--n];
+}
+
+/* the value then a TAB, or "-" when the kernel did not give it */
+static void put_field(int has, uint64_t value) {
+    if (has)
+        put_u64(value);
+    else
+        out_buf[out_len++] = '-';
+    out_buf[out_len++] = '\t';
+}
+
+/* comm with TABs and newlines as spaces (they would split the line), then the line's end */
+static void put_comm_eol(const char *comm) {
+    for (const char *c = comm; *c; c++)
+        out_buf[out_len++] = (*c == '\t' || *c == '\n') ? ' ' : *c;
+    out_buf[out_len++] = '\n';
+    if (out_len > OUT_CAP - 4096) /* room for the next line: one is at most ~400 bytes */
+        flush_out();
 }
 
 /* ------------------------------------------------------------------------------------------- taskstats (netlink) */
@@ -153,7 +217,13 @@ static struct thread *find(long tid) {
     return NULL;
 }
 
-static void taskstats_reply(char *msg, char *end) {
+static uint64_t u64_at(const char *s, int offset) {
+    uint64_t v;
+    memcpy(&v, s + offset, 8);
+    return v;
+}
+
+static void taskstats_reply(char *msg, char *end, int64_t now) {
     struct nlattr *aggr = nl_find(msg + NLMSG_HDRLEN + GENL_HDRLEN, end, TASKSTATS_TYPE_AGGR_PID);
     if (!aggr)
         return;
@@ -172,36 +242,29 @@ static void taskstats_reply(char *msg, char *end) {
     for (int i = 0; i < N_DELAYS; i++) {
         t->has_delay[i] = DELAY_OFFSETS[i] + 8 <= len;
         if (t->has_delay[i])
-            memcpy(&t->delays[i], s + DELAY_OFFSETS[i], 8);
+            t->delays[i] = u64_at(s, DELAY_OFFSETS[i]);
     }
     if (NIVCSW_OFFSET + 8 <= len) {
-        memcpy(&t->nvcsw, s + NVCSW_OFFSET, 8);
-        memcpy(&t->nivcsw, s + NIVCSW_OFFSET, 8);
-        memcpy(&t->utime_us, s + UTIME_US_OFFSET, 8);
-        memcpy(&t->stime_us, s + STIME_US_OFFSET, 8);
+        t->nvcsw = u64_at(s, NVCSW_OFFSET);
+        t->nivcsw = u64_at(s, NIVCSW_OFFSET);
+        t->utime_us = u64_at(s, UTIME_US_OFFSET);
+        t->stime_us = u64_at(s, STIME_US_OFFSET);
+        t->run_ns = u64_at(s, CPU_RUN_VIRTUAL_OFFSET);
+        t->timeslices = u64_at(s, CPU_COUNT_OFFSET);
         memcpy(t->comm, s + COMM_OFFSET, 32);
         t->comm[32] = 0;
+        t->t_ns = now;
         t->has_stats = 1;
     }
 }
 
-/* one datagram asking for every thread, then the answers (a thread gone since the listing answers ESRCH) */
-static void taskstats_read(void) {
-    static char request[MAX_THREADS * 32], reply[64 * 1024];
-    int size = 0, asked = 0;
-    uint32_t first = nl_seq + 1;
-    for (int i = 0; i < n_threads; i++) {
-        uint32_t tid = (uint32_t)threads[i].tid;
-        threads[i].has_stats = 0;
-        size += nl_message(request + size, family_id, TASKSTATS_CMD_GET, TASKSTATS_CMD_ATTR_PID, &tid, 4);
-        asked++;
-    }
-    if (asked == 0 || send(nl_fd, request, (size_t)size, 0) < 0)
-        return;
-    /* one reply datagram per thread: taken many at a time (recvmmsg), not one recv each */
-    static struct mmsghdr msgs[64];
-    static struct iovec iovs[64];
-    for (int i = 0; i < 64; i++) {
+/* the answers to the requests numbered from ``first``: how many carried a thread's stats (a thread gone since the
+ * listing answers ESRCH); one reply datagram per thread, taken many at a time (recvmmsg), not one recv each */
+static int taskstats_answers(uint32_t first, int asked, int64_t now) {
+    static char reply[BATCH * 1024];
+    static struct mmsghdr msgs[BATCH];
+    static struct iovec iovs[BATCH];
+    for (int i = 0; i < BATCH; i++) {
         iovs[i].iov_base = reply + i * 1024;
         iovs[i].iov_len = 1024;
         msgs[i].msg_hdr.msg_iov = &iovs[i];
@@ -209,29 +272,46 @@ static void taskstats_read(void) {
     }
     int answered = 0, stats_seen = 0;
     while (answered < asked) {
-        int count = recvmmsg(nl_fd, msgs, 64, MSG_WAITFORONE, NULL);
+        int count = recvmmsg(nl_fd, msgs, BATCH, MSG_WAITFORONE, NULL);
         if (count <= 0)
             break; /* timed out: this read goes without the rest */
         for (int m = 0; m < count; m++) {
-            char *datagram = iovs[m].iov_base;
-            int got = (int)msgs[m].msg_len;
-        for (char *at = datagram; at + NLMSG_HDRLEN <= datagram + got;) {
-            struct nlmsghdr *n = (struct nlmsghdr *)at;
-            if (n->nlmsg_len < NLMSG_HDRLEN || at + n->nlmsg_len > datagram + got)
-                break;
-            if (n->nlmsg_seq >= first) {
-                answered++;
-                if (n->nlmsg_type != NLMSG_ERROR && n->nlmsg_type != NLMSG_DONE) {
-                    taskstats_reply(at, at + n->nlmsg_len);
-                    stats_seen++;
+            char *datagram = iovs[m].iov_base, *end = datagram + msgs[m].msg_len;
+            for (char *at = datagram; at + NLMSG_HDRLEN <= end;) {
+                struct nlmsghdr *n = (struct nlmsghdr *)at;
+                if (n->nlmsg_len < NLMSG_HDRLEN || at + n->nlmsg_len > end)
+                    break;
+                if (n->nlmsg_seq >= first) {
+                    answered++;
+                    if (n->nlmsg_type != NLMSG_ERROR && n->nlmsg_type != NLMSG_DONE) {
+                        taskstats_reply(at, at + n->nlmsg_len, now);
+                        stats_seen++;
+                    }
                 }
+                at += NLMSG_ALIGN(n->nlmsg_len);
             }
-            at += NLMSG_ALIGN(n->nlmsg_len);
-        }
         }
     }
-    if (stats_seen < asked)
-        thread_gone = 1; /* ESRCH: exited since the listing */
+    return stats_seen;
+}
+
+/* one datagram asking for up to BATCH threads, then their answers: the kernel fills every answer while send()
+ * runs, so the time after it stamps them all */
+static void taskstats_read(void) {
+    static char request[BATCH * 32];
+    for (int from = 0; from < n_threads; from += BATCH) {
+        int size = 0, asked = 0;
+        uint32_t first = nl_seq + 1;
+        for (int i = from; i < n_threads && asked < BATCH; i++, asked++) {
+            uint32_t tid = (uint32_t)threads[i].tid;
+            threads[i].has_stats = 0;
+            size += nl_message(request + size, family_id, TASKSTATS_CMD_GET, TASKSTATS_CMD_ATTR_PID, &tid, 4);
+        }
+        if (send(nl_fd, request, (size_t)size, 0) < 0)
+            return;
+        if (taskstats_answers(first, asked, mono_ns()) < asked)
+            thread_gone = 1; /* ESRCH: exited since the listing */
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------------ /proc */
@@ -262,6 +342,24 @@ static int thread_count(void) {
     return (int)st.st_nlink - 2;
 }
 
+/* a thread of the latest listing not yet followed: its /proc files opened (without taskstats; with it, the answer
+ * says all), 0 if it exited since the listing */
+static int open_thread(struct thread *t, long tid) {
+    memset(t, 0, sizeof *t);
+    t->tid = tid;
+    t->schedstat_fd = t->stat_fd = t->status_fd = -1;
+    if (nl_fd >= 0)
+        return 1;
+    t->schedstat_fd = open_in(tid, "schedstat");
+    t->stat_fd = open_in(tid, "stat");
+    t->status_fd = open_in(tid, "status");
+    if (t->schedstat_fd < 0 || t->stat_fd < 0) {
+        close_thread(t);
+        return 0;
+    }
+    return 1;
+}
+
 /* the threads of the process now: new ones opened, gone ones closed -- listed again only when the count changed,
  * a thread was found gone, or every 10th read (a thread that ended while another began keeps the count) */
 static void list_threads(void) {
@@ -280,21 +378,8 @@ static void list_threads(void) {
             continue;
         long tid = atol(entry->d_name);
         struct thread *t = find(tid);
-        if (!t && n_threads < MAX_THREADS) {
-            t = &threads[n_threads];
-            memset(t, 0, sizeof *t);
-            t->tid = tid;
-            /* taskstats gives what stat and status would (cheaper: one datagram per read); schedstat stays: its
-             * on-CPU time is exact, taskstats' cpu_run_real_total is utime + stime in ticks */
-            t->schedstat_fd = open_in(tid, "schedstat");
-            t->stat_fd = nl_fd < 0 ? open_in(tid, "stat") : -1;
-            t->status_fd = nl_fd < 0 ? open_in(tid, "status") : -1;
-            if (t->schedstat_fd < 0 || (nl_fd < 0 && t->stat_fd < 0)) { /* exited since the listing */
-                close_thread(t);
-                continue;
-            }
-            n_threads++;
-        }
+        if (!t && n_threads < MAX_THREADS && open_thread(&threads[n_threads], tid))
+            t = &threads[n_threads++];
         if (t)
             t->seen = 1;
     }
@@ -310,59 +395,79 @@ static void list_threads(void) {
     }
 }
 
-static void status_switches(int fd, char *nvcsw, char *nivcsw) {
-    char buf[4096];
-    strcpy(nvcsw, "-");
-    strcpy(nivcsw, "-");
-    if (fd < 0 || read_at0(fd, buf, sizeof buf) <= 0)
-        return;
-    char *at = strstr(buf, "\nvoluntary_ctxt_switches:");
-    if (at)
-        snprintf(nvcsw, 24, "%llu", strtoull(at + 25, NULL, 10));
-    at = strstr(buf, "\nnonvoluntary_ctxt_switches:");
-    if (at)
-        snprintf(nivcsw, 24, "%llu", strtoull(at + 28, NULL, 10));
-}
-
-/* the value into buf, or "-" when the kernel did not give it */
-static void number(char *buf, int has, uint64_t value) {
-    if (has)
-        snprintf(buf, 24, "%llu", (unsigned long long)value);
-    else
-        strcpy(buf, "-");
-}
-
-static void clean_comm(char *comm) {
-    for (char *c = comm; *c; c++)
-        if (*c == '\t' || *c == '\n')
-            *c = ' ';
-}
-
-/* with taskstats: schedstat from /proc, the rest from the netlink answer (utime/stime in clock ticks as stat gives
- * them; blkio ticks = (blkio + swapin delay) in ticks, which is how the kernel computes stat's field 42) */
-static void write_from_taskstats(struct thread *t, const char *sched, int64_t now) {
-    unsigned long long run = 0, wait = 0, slices = 0;
-    if (!t->has_stats || sscanf(sched, "%llu %llu %llu", &run, &wait, &slices) != 3)
-        return; /* exited since the listing */
-    char d[N_DELAYS][24], blkio_ticks[24];
-    for (int i = 0; i < N_DELAYS; i++)
-        number(d[i], t->has_delay[i], t->delays[i]);
-    number(blkio_ticks, t->has_delay[1] && t->has_delay[2], (t->delays[1] + t->delays[2]) / (1000000000ULL / clk_tck));
-    clean_comm(t->comm);
-    fprintf(out, "t\t%lld\t%ld\t%llu\t%llu\t%llu\t%llu\t%llu\t%s\t%llu\t%llu\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-            (long long)now, t->tid, run, wait, slices, (unsigned long long)(t->utime_us * clk_tck / 1000000),
-            (unsigned long long)(t->stime_us * clk_tck / 1000000), blkio_ticks, (unsigned long long)t->nvcsw,
-            (unsigned long long)t->nivcsw, d[0], d[1], d[2], d[3], d[4], d[5], t->comm);
-}
-
-static void write_thread(struct thread *t) {
-    char sched[256], stat[1024];
-    if (read_at0(t->schedstat_fd, sched, sizeof sched) <= 0) {
-        thread_gone = 1; /* exited since the listing */
-        return;
+/* schedstat's "run_ns runqueue_ns timeslices" into v, 0 if the thread is gone */
+static int read_schedstat(struct thread *t, unsigned long long v[3]) {
+    char buf[256];
+    if (t->schedstat_fd < 0)
+        t->schedstat_fd = open_in(t->tid, "schedstat");
+    if (t->schedstat_fd < 0 || read_at0(t->schedstat_fd, buf, sizeof buf) <= 0)
+        return 0;
+    char *at = buf, *end;
+    for (int i = 0; i < 3; i++, at = end) {
+        v[i] = strtoull(at, &end, 10);
+        if (end == at)
+            return 0;
     }
-    if (nl_fd >= 0) {
-        write_from_taskstats(t, sched, mono_ns());
+    return 1;
+}
+
+/* "t", t_ns, tid, run_ns, runqueue_ns, timeslices, each followed by a TAB */
+static void put_line_start(int64_t now, long tid, const unsigned long long sched[3]) {
+    put_str("t\t");
+    put_u64((uint64_t)now);
+    out_buf[out_len++] = '\t';
+    put_u64((uint64_t)tid);
+    out_buf[out_len++] = '\t';
+    for (int i = 0; i < 3; i++)
+        put_field(1, sched[i]);
+}
+
+/* with taskstats: all from the netlink answer (utime/stime in clock ticks as stat gives them; blkio ticks = (blkio +
+ * swapin delay) in ticks, which is how the kernel computes stat's field 42). run/runqueue/timeslices are schedstat's
+ * own fields, there while delay accounting is on (a thread on a CPU has run at least once: timeslices >= 1); else
+ * from schedstat */
+static void write_from_taskstats(struct thread *t) {
+    if (!t->has_stats)
+        return; /* exited since the listing */
+    unsigned long long sched[3] = {t->run_ns, t->delays[0], t->timeslices};
+    int64_t now = t->t_ns;
+    if (t->timeslices > 0 && t->has_delay[0]) {
+        sched_from_taskstats++;
+    } else {
+        if (!read_schedstat(t, sched)) {
+            thread_gone = 1;
+            return;
+        }
+        now = mono_ns();
+        sched_from_proc++;
+    }
+    put_line_start(now, t->tid, sched);
+    put_field(1, t->utime_us * clk_tck / 1000000);
+    put_field(1, t->stime_us * clk_tck / 1000000);
+    put_field(t->has_delay[1] && t->has_delay[2], (t->delays[1] + t->delays[2]) / (1000000000ULL / clk_tck));
+    put_field(1, t->nvcsw);
+    put_field(1, t->nivcsw);
+    for (int i = 0; i < N_DELAYS; i++)
+        put_field(t->has_delay[i], t->delays[i]);
+    put_comm_eol(t->comm);
+}
+
+/* the number after "\nNAME:" in a status text, as written, or "-" */
+static void put_status_field(const char *status, const char *name) {
+    const char *at = status ? strstr(status, name) : NULL;
+    if (at)
+        put_u64(strtoull(at + strlen(name), NULL, 10));
+    else
+        out_buf[out_len++] = '-';
+    out_buf[out_len++] = '\t';
+}
+
+/* without taskstats: schedstat, stat (utime, stime, blkio ticks, comm) and status (context switches) */
+static void write_from_proc(struct thread *t) {
+    char stat[1024], status[4096];
+    unsigned long long sched[3];
+    if (!read_schedstat(t, sched)) {
+        thread_gone = 1; /* exited since the listing */
         return;
     }
     if (read_at0(t->stat_fd, stat, sizeof stat) <= 0)
@@ -372,21 +477,27 @@ static void write_thread(struct thread *t) {
     if (!open_paren || !close_paren)
         return;
     *close_paren = 0;
-    char comm[64];
-    snprintf(comm, sizeof comm, "%s", open_paren + 1);
-    clean_comm(comm);
     /* stat after comm: field 3 is index 0, so utime (14) is 11, stime (15) 12, blkio ticks (42) 39 */
     char *fields[64];
     int n = 0;
     for (char *tok = strtok(close_paren + 2, " \n"); tok && n < 64; tok = strtok(NULL, " \n"))
         fields[n++] = tok;
-    unsigned long long run = 0, wait = 0, slices = 0;
-    if (n < 13 || sscanf(sched, "%llu %llu %llu", &run, &wait, &slices) != 3)
+    if (n < 13)
         return;
-    char nvcsw[24], nivcsw[24];
-    status_switches(t->status_fd, nvcsw, nivcsw);
-    fprintf(out, "t\t%lld\t%ld\t%llu\t%llu\t%llu\t%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t%s\n", (long long)now, t->tid,
-            run, wait, slices, fields[11], fields[12], n > 39 ? fields[39] : "-", nvcsw, nivcsw, comm);
+    int has_status = t->status_fd >= 0 && read_at0(t->status_fd, status, sizeof status) > 0;
+    sched_from_proc++;
+    put_line_start(now, t->tid, sched);
+    const char *stat_fields[3] = {fields[11], fields[12], n > 39 ? fields[39] : "-"};
+    for (int i = 0; i < 3; i++) {
+        put_str(stat_fields[i]);
+        out_buf[out_len++] = '\t';
+    }
+    put_status_field(has_status ? status : NULL, "\nvoluntary_ctxt_switches:");
+    put_status_field(has_status ? status : NULL, "\nnonvoluntary_ctxt_switches:");
+    put_str("-\t-\t-\t-\t-\t-\t");
+    char comm[64];
+    snprintf(comm, sizeof comm, "%s", open_paren + 1);
+    put_comm_eol(comm);
 }
 
 /* (some total, full total) of a PSI file, "-" where missing */
@@ -414,18 +525,27 @@ static void read_once(void) {
     list_threads();
     if (nl_fd >= 0)
         taskstats_read();
-    for (int i = 0; i < n_threads; i++)
-        write_thread(&threads[i]);
+    for (int i = 0; i < n_threads; i++) {
+        if (nl_fd >= 0)
+            write_from_taskstats(&threads[i]);
+        else
+            write_from_proc(&threads[i]);
+    }
     if (n_psi > 0) {
         char totals[2][2][24];
         for (int i = 0; i < n_psi; i++)
             psi_totals(i, totals[i][0], totals[i][1]);
-        fprintf(out, "p\t%lld", (long long)mono_ns());
+        put_str("p\t");
+        put_u64((uint64_t)mono_ns());
         for (int i = 0; i < n_psi; i++)
-            fprintf(out, "\t%s\t%s", totals[i][0], totals[i][1]);
-        fprintf(out, "\n");
+            for (int j = 0; j < 2; j++) {
+                out_buf[out_len++] = '\t';
+                put_str(totals[i][j]);
+            }
+        put_comm_eol("");
     }
-    fflush(out);
+    if (mono_ns() - flushed_at >= FLUSH_NS)
+        flush_out();
 }
 
 static void usage(void) {
@@ -455,8 +575,8 @@ int main(int argc, char **argv) {
         usage();
     snprintf(task_dir, sizeof task_dir, "/proc/%ld/task", pid);
     clk_tck = (unsigned long long)sysconf(_SC_CLK_TCK);
-    out = fopen(out_path, "a");
-    if (!out) {
+    out_fd = open(out_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (out_fd < 0) {
         fprintf(stderr, "counters: cannot write %s: %s\n", out_path, strerror(errno));
         return 1;
     }
@@ -473,7 +593,11 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     long reads = 0, overruns = 0;
     int64_t period = period_ms * 1000000LL, due = mono_ns();
+    flushed_at = due;
+    pid_t runner = getppid();
     while (!stopping) {
+        if (getppid() != runner)
+            break; /* the runner was killed: nobody will stop this reader, so it ends by itself */
         read_once();
         reads++;
         due += period;
@@ -488,10 +612,12 @@ int main(int argc, char **argv) {
     }
     read_once(); /* the end: deltas cover the whole step */
     reads++;
-    fclose(out);
+    flush_out();
+    close(out_fd);
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);
-    printf("reads=%ld overruns=%ld cpu_s=%.6f\n", reads, overruns,
-           usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6);
+    printf("reads=%ld overruns=%ld cpu_s=%.6f sched_taskstats=%ld sched_proc=%ld\n", reads, overruns,
+           usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6,
+           sched_from_taskstats, sched_from_proc);
     return 0;
 }

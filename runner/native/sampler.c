@@ -3,7 +3,7 @@
  * (harness runner, docs/methodology.md section 5). One mode per process.
  *
  *   sampler block DEV   [--period-ms 10] [--out FILE] [--root DIR]
- *   sampler threads PID [--period-ms 5]  [--stat-ms 100] [--wchan] [--out FILE] [--root DIR]
+ *   sampler threads PID [--period-ms 5]  [--stat-ms 100] [--wchan] [--no-gate] [--out FILE] [--root DIR]
  *
  * --root prefixes the /sys and /proc paths (tests use fake trees). Output (stdout by default) is text, written
  * through one big buffer that is flushed when full and on exit (the header line is flushed at once):
@@ -12,7 +12,7 @@
  *   <t_ns> <the fields of /sys/block/DEV/stat, single-space separated, exactly as the kernel printed them>
  *
  *   # harness-sampler v2 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
- *     clock=monotonic                                                                      (one line)
+ *     gate=schedstat clock=monotonic                                  (one line; gate=none with --no-gate)
  *   <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
  *       (one line per thread per sample, same t_ns for all threads of a sample, tids ascending)
  *   # exit t_ns=<t>                                   threads mode: the process has gone (or is a zombie); exit 0
@@ -21,10 +21,19 @@
  *
  * Threads mode, what is read (v2): every sample, every thread's /proc/PID/task/TID/syscall, one read that says
  * whether the thread is running (or runnable) and, when it is not, in which syscall it waits; every stat_every-th
- * sample (--stat-ms / --period-ms; 0 = every sample), at every rescan of the task directory, at a thread's first
+ * sample (--stat-ms / --period-ms; 0 = every sample), at a rescan after a failed read, at a thread's first
  * sample and for a zombie, its stat too. Why: stat costs ~4 us per read (52 numbers formatted) and syscall ~2 us,
  * and v1's stat + wchan for every thread every sample cost 2.2-2.7 % of a core at 5 ms over 17 threads; wchan is
- * read only with --wchan (for threads not running). So in v2:
+ * read only with --wchan (for threads not running).
+ * Gating (gate=schedstat, the default; --no-gate: off): a thread whose syscall file printed the same line twice in
+ * a row (parked in one wait: same syscall, arguments, stack and return address) is read through its schedstat
+ * first (3 numbers, about half the cost of syscall): when sum_exec_runtime and pcount (the times it got a CPU) have
+ * not moved since a schedstat read taken before its last syscall read, it has not been on a CPU since, so it is
+ * still in that wait and the last reading is written again; otherwise syscall is read (a thread that ran even
+ * briefly is always re-read). A thread that keeps waking (a barrier, a timed poll) is gated again only after 4,
+ * 8, ... 256 identical lines. Caveat: a parked thread woken but not yet given a CPU (runnable, waiting in the run
+ * queue) keeps its wait class until it runs, where --no-gate would say R. Kernels whose schedstat reads "0 0 0"
+ * (no sched_info) are never gated. So in v2:
  *   state    R (syscall says running; or stat's R), stat's letter where stat was read this sample, else '-' (off
  *            CPU; D or S not read)
  *   majflt, utime_ticks, stime_ticks   as stat printed them where it was read this sample, else empty
@@ -38,7 +47,7 @@
  *            inode such as an eventfd, or terminal = idle: that waits for a writer); futex/futex_waitv = futex;
  *            ioctl on an fd (syscall's second field, arg0) that /proc/PID/fd/N names a GPU device
  *            (/dev/nvgpu..., /dev/nvmap, /dev/nvhost..., /dev/nvidia..., /dev/dri/..., /dev/kgsl..., /dev/mali...)
- *            = gpu (fds resolved once per thread and fd, forgotten at each rescan: an fd number can be reused);
+ *            = gpu (fds resolved once per thread and fd, forgotten every ~100 ms: an fd number can be reused);
  *            epoll_wait/epoll_pwait/epoll_pwait2/poll/ppoll/select/pselect6/nanosleep/clock_nanosleep = idle;
  *            any other = other. Empty for a running
  *            thread; '?' when syscall is unreadable (no ptrace access to the process: stat is then read every
@@ -51,8 +60,14 @@
  * skipped (no catch-up burst) and one overrun is counted.
  *
  * Cost: every file is opened once and re-read with pread(fd, buf, n, 0) (procfs seq_files and sysfs attributes
- * regenerate their content on a read at offset 0); the task directory is rescanned every ~100 ms or when a thread's
- * read fails. bench/sampler_overhead.py measures the modes side by side.
+ * regenerate their content on a read at offset 0). The task directory stays open; every ~100 ms one fstat reads
+ * its link count (2 + the number of threads) and the directory is listed again only when that count changed,
+ * when a thread's read failed, or every ~1 s (a thread exiting as another starts keeps the count); where the link
+ * count does not match the listing (fake trees on some file systems) it is listed every ~100 ms as before. The
+ * per-thread fd classification is forgotten every ~100 ms (an fd number can be reused). Records are assembled in
+ * place in the output buffer (cached tid and t_ns text, numbers parsed by hand: strtol and per-field copies
+ * showed in the profile). What remains is kernel time: the procfs reads (~80 % of the sampler's CPU by perf) and
+ * the timer wake-up (~15-20 us per sample on a VM). bench/sampler_overhead.py measures the modes side by side.
  *
  * Exit status: 0 stopped or process gone; 1 runtime error (message on stderr); 2 usage error.
  *
@@ -120,6 +135,7 @@ typedef int (*sample_fn)(void *, uint64_t);
 static volatile sig_atomic_t g_stop;
 static long g_stat_every = 1; /* read stat for every thread every this many samples (always at a rescan) (Linux) */
 static int g_read_wchan;       /* --wchan: read wchan for every thread not running, as v1 did (Linux) */
+static int g_gate = 1;         /* gate syscall reads of parked threads by their schedstat (--no-gate: off) (Linux) */
 
 static void on_signal(int sig)
 {
@@ -415,6 +431,48 @@ static ssize_t pread_all0(int fd, char *buf, size_t cap)
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
+/* A decimal number (optionally negative) after any spaces; *end just past its digits. By hand: strtol's locale
+ * and errno handling showed in the profile of a sampler that parses hundreds of numbers per sample. */
+static long parse_dec(const char *s, const char **end)
+{
+    long v = 0;
+    int neg = 0;
+    while (is_space(*s))
+        s++;
+    if (*s == '-') {
+        neg = 1;
+        s++;
+    }
+    for (; *s >= '0' && *s <= '9'; s++)
+        v = v * 10 + (*s - '0');
+    *end = s;
+    return neg ? -v : v;
+}
+
+/* A hexadecimal number ("0x..." as procfs prints it) after any spaces; -1 when there is none. */
+static long parse_hex(const char *s)
+{
+    unsigned long v = 0;
+    int digits = 0;
+    while (is_space(*s))
+        s++;
+    if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+        s += 2;
+    for (;; s++, digits++) {
+        unsigned d;
+        if (*s >= '0' && *s <= '9')
+            d = (unsigned)(*s - '0');
+        else if (*s >= 'a' && *s <= 'f')
+            d = (unsigned)(*s - 'a' + 10);
+        else if (*s >= 'A' && *s <= 'F')
+            d = (unsigned)(*s - 'A' + 10);
+        else
+            break;
+        v = v * 16 + d;
+    }
+    return digits ? (long)v : -1;
+}
+
 /* The next whitespace-separated word in [*p, end): its start (NULL at the end) and length;
  * *p moves past it. Both stat formats (block and per-thread) are read word by word. */
 static char *next_word(char **p, const char *end, size_t *len)
@@ -487,9 +545,12 @@ static int block_sample(void *vctx, uint64_t t)
 
 /* ------------------------------------------------------------------------------------------------ threads mode */
 
-#define FD_CACHE 8   /* ioctl fds resolved per thread (a GPU runtime waits on one or two device fds) */
+#define FD_CACHE 8     /* ioctl fds resolved per thread (a GPU runtime waits on one or two device fds) */
 #define COMM_CAP 64
-
+#define SYS_LINE 192   /* syscall: "NR 0xARG0 ... 0xARG5 0xSP 0xPC\n", at most ~175 bytes */
+#define GATE_AFTER 2   /* identical syscall lines in a row before a thread is read through its schedstat first */
+#define FALLBACK_MS 1000 /* rescan at least this often even when the thread count has not changed */
+#define RECORD_ROOM (24 + 12 + 2 + 3 * 24 + COMM_CAP + 256 + 16 + 24 + 16) /* one record line at most */
 
 enum fd_kind_code { FD_FILE, FD_GPU, FD_WAIT, FD_OTHER };
 
@@ -498,37 +559,66 @@ struct fd_kind {
     enum fd_kind_code kind;
 };
 
+struct text {
+    const char *s;
+    size_t n;
+};
+
+#define TEXT(s) {s, sizeof s - 1}
+static const struct text CLS_NONE = TEXT(""), CLS_UNKNOWN = TEXT("?"), CLS_FAULT = TEXT("fault_io"),
+                         CLS_READ = TEXT("read_io"), CLS_FUTEX = TEXT("futex"), CLS_GPU = TEXT("gpu"),
+                         CLS_IDLE = TEXT("idle"), CLS_OTHER = TEXT("other");
+
 struct task {
     int tid;
     int stat_fd;
     int syscall_fd; /* -1: not openable (another user's process without CAP_SYS_PTRACE): stat every sample */
     int wchan_fd;   /* only with --wchan; -1: not openable -> "?" */
+    int sched_fd;   /* schedstat, opened when the thread is first gated; -1 not yet (or not readable) */
     char state;     /* the letter of its last stat read; 0: never read */
     char comm[COMM_CAP];
     size_t comm_len;
+    char tid_txt[12]; /* the tid as printed, cached */
+    size_t tid_len;
+    /* the last syscall line of the thread off CPU, exactly as read (sys_len 0: running or unknown), its class */
+    char sys[SYS_LINE];
+    size_t sys_len, nr_len;
+    const struct text *cls;
+    unsigned same;     /* identical off-CPU lines in a row */
+    unsigned gate_after; /* identical lines needed to gate; doubles at every miss (a thread that keeps waking) */
+    int gated;         /* 1: schedstat first; syscall only when the thread has been on a CPU since */
+    int never_gate;    /* schedstat unreadable or all zeros (a kernel without sched_info) */
+    int ss_valid;      /* ss_run/ss_count were read before the syscall read whose line is in sys */
+    int ss_valid_before; /* ss_valid as it was before the last schedstat read (a miss, not a first baseline) */
+    uint64_t ss_run, ss_count;
     unsigned nfds, next_fd;
     struct fd_kind fds[FD_CACHE];
 };
 
 struct threads_ctx {
     int pid_dirfd; /* /proc/PID, bound to this process even if the pid is reused later */
+    DIR *taskdir;  /* /proc/PID/task, kept open: its link count is 2 + the number of threads */
+    int count_ok;  /* the link count matched the listing at the last scan (else: rescan every ~100 ms) */
     struct task *tasks;
     size_t ntasks;
     int *tids; /* scratch for rescans */
     size_t tids_cap;
-    unsigned since_scan, scan_every;
+    unsigned since_flush, flush_every, since_scan, scan_every, fallback_every;
     long since_stat;
     int need_scan;
+    char t_txt[24]; /* this sample's t_ns as printed */
+    size_t t_len;
     char buf[READ_BUF];
-    char sbuf[256]; /* syscall: its words are printed after stat's */
+    char sbuf[SYS_LINE];
     char wbuf[256];
 };
 
 /* What one sample read of one thread: the words to print (empty when not read this sample). */
 struct reading {
     char state;
-    const char *majflt, *utime, *stime, *nr, *cls;
+    const char *majflt, *utime, *stime, *nr;
     size_t lmaj, lut, lst, lnr;
+    const struct text *cls;
 };
 
 static void task_close(struct task *t)
@@ -539,7 +629,9 @@ static void task_close(struct task *t)
         close(t->syscall_fd);
     if (t->wchan_fd >= 0)
         close(t->wchan_fd);
-    t->stat_fd = t->syscall_fd = t->wchan_fd = -1;
+    if (t->sched_fd >= 0)
+        close(t->sched_fd);
+    t->stat_fd = t->syscall_fd = t->wchan_fd = t->sched_fd = -1;
     t->tid = -1;
 }
 
@@ -549,18 +641,34 @@ static int cmp_int(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static size_t format_u64(char *dst, uint64_t v)
+{
+    char tmp[24];
+    size_t i = sizeof tmp, n;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    n = sizeof tmp - i;
+    memcpy(dst, tmp + i, n);
+    return n;
+}
+
 static int task_open(int dfd, int tid, struct task *t)
 {
     char rel[32];
     memset(t, 0, sizeof *t);
     t->tid = tid;
+    t->tid_len = format_u64(t->tid_txt, (uint64_t)tid);
+    t->cls = &CLS_NONE;
+    t->gate_after = GATE_AFTER;
+    t->sched_fd = t->wchan_fd = -1;
     snprintf(rel, sizeof rel, "%d/stat", tid);
     t->stat_fd = openat(dfd, rel, O_RDONLY);
     if (t->stat_fd < 0)
         return -1; /* exited meanwhile */
     snprintf(rel, sizeof rel, "%d/syscall", tid);
     t->syscall_fd = openat(dfd, rel, O_RDONLY);
-    t->wchan_fd = -1;
     if (g_read_wchan) {
         snprintf(rel, sizeof rel, "%d/wchan", tid);
         t->wchan_fd = openat(dfd, rel, O_RDONLY);
@@ -568,29 +676,37 @@ static int task_open(int dfd, int tid, struct task *t)
     return 0;
 }
 
-/* Re-list /proc/PID/task: keep the fds of known threads, open new ones, close vanished ones; forget the resolved
- * ioctl fds (a closed fd number may now name another file). Returns the number of threads, or -1 when the task
- * directory is gone (the process has been reaped). */
-static int threads_scan(struct threads_ctx *c)
+/* The thread count from the task directory's link count (2 + threads); -1 when it does not tell. */
+static long task_count(struct threads_ctx *c)
 {
-    int taskfd, dfd;
-    DIR *d;
-    struct dirent *de;
-    size_t n = 0, i, j, k;
-    struct task *nt;
+    struct stat st;
+    if (fstat(dirfd(c->taskdir), &st) != 0 || st.st_nlink < 2)
+        return -1;
+    return (long)st.st_nlink - 2;
+}
 
-    do {
-        taskfd = openat(c->pid_dirfd, "task", O_RDONLY | O_DIRECTORY);
-    } while (taskfd < 0 && errno == EINTR);
-    if (taskfd < 0)
-        return -1;
-    d = fdopendir(taskfd);
-    if (!d) {
-        close(taskfd);
-        return -1;
+/* The tids listed in /proc/PID/task, ascending, into c->tids; their number, or -1 when the directory cannot be
+ * opened (the process has been reaped before the first scan). */
+static long list_tids(struct threads_ctx *c)
+{
+    struct dirent *de;
+    size_t n = 0;
+    if (!c->taskdir) {
+        int taskfd;
+        do {
+            taskfd = openat(c->pid_dirfd, "task", O_RDONLY | O_DIRECTORY);
+        } while (taskfd < 0 && errno == EINTR);
+        if (taskfd < 0)
+            return -1;
+        c->taskdir = fdopendir(taskfd);
+        if (!c->taskdir) {
+            close(taskfd);
+            return -1;
+        }
+    } else {
+        rewinddir(c->taskdir); /* procfs lists the threads anew; a reaped process lists none */
     }
-    dfd = dirfd(d);
-    while ((de = readdir(d)) != NULL) {
+    while ((de = readdir(c->taskdir)) != NULL) {
         const char *s = de->d_name;
         long v = 0;
         if (*s < '0' || *s > '9')
@@ -610,27 +726,39 @@ static int threads_scan(struct threads_ctx *c)
         c->tids[n++] = (int)v;
     }
     qsort(c->tids, n, sizeof *c->tids, cmp_int);
+    return (long)n;
+}
 
+/* Re-list /proc/PID/task: keep the fds (and last readings) of known threads, open new ones, close vanished ones.
+ * Returns the number of threads, or -1 when the task directory is gone (the process has been reaped). */
+static int threads_scan(struct threads_ctx *c)
+{
+    long listed = list_tids(c);
+    size_t n, i, j, k;
+    struct task *nt;
+
+    if (listed < 0)
+        return -1;
+    n = (size_t)listed;
+    /* can the link count stand in for the listing? procfs: yes, unless a thread came or went in between (then
+     * the next scan, ~100 ms later, asks again); a fake tree on some file systems: never */
+    c->count_ok = task_count(c) == listed;
+    c->scan_every = c->count_ok ? c->fallback_every : c->flush_every;
     nt = malloc((n ? n : 1) * sizeof *nt);
-    if (!nt) {
-        closedir(d);
+    if (!nt)
         return (int)c->ntasks;
-    }
     /* merge two ascending lists: old tasks (c->tasks) and the listing (c->tids) */
     for (i = 0, j = 0, k = 0; j < n; j++) {
         int tid = c->tids[j];
         while (i < c->ntasks && c->tasks[i].tid < tid)
             task_close(&c->tasks[i++]);
-        if (i < c->ntasks && c->tasks[i].tid == tid) {
-            nt[k] = c->tasks[i++];
-            nt[k++].nfds = 0;
-        } else if (task_open(dfd, tid, &nt[k]) == 0) {
+        if (i < c->ntasks && c->tasks[i].tid == tid)
+            nt[k++] = c->tasks[i++];
+        else if (task_open(dirfd(c->taskdir), tid, &nt[k]) == 0)
             k++;
-        }
     }
     while (i < c->ntasks)
         task_close(&c->tasks[i++]);
-    closedir(d);
     free(c->tasks);
     c->tasks = nt;
     c->ntasks = k;
@@ -640,7 +768,7 @@ static int threads_scan(struct threads_ctx *c)
 /* What fd (of the process) is: a GPU device (Jetson nvgpu, nvmap, nvhost; desktop NVIDIA; DRM render/card nodes;
  * Adreno kgsl; Mali), a file or another device (a path), a pipe, socket or anon inode (eventfd, timerfd: waiting
  * for another thread or the network), or unknown. Resolved through /proc/PID/fd/N once per thread and fd (until
- * the next rescan). */
+ * the cache is forgotten, every ~100 ms). */
 static enum fd_kind_code fd_kind(struct threads_ctx *c, struct task *tk, long fd)
 {
     static const char *const gpu_prefixes[] = {"/dev/nvgpu", "/dev/nvmap", "/dev/nvhost", "/dev/nvidia",
@@ -674,15 +802,17 @@ static enum fd_kind_code fd_kind(struct threads_ctx *c, struct task *tk, long fd
     return kind;
 }
 
-/* The wait class of a thread off CPU in syscall nr (-1: not in a syscall) with first argument arg0. The numbers
- * are the build architecture's (<sys/syscall.h>): a 32-bit process on a 64-bit kernel would be misread. */
-static const char *classify(struct threads_ctx *c, struct task *tk, long nr, long arg0, char state)
+/* The wait class of a thread off CPU in syscall nr (-1: not in a syscall) with first argument arg0 (read only
+ * when the class needs it: *arg0 is parsed from arg0_text on demand). The numbers are the build architecture's
+ * (<sys/syscall.h>): a 32-bit process on a 64-bit kernel would be misread. */
+static const struct text *classify(struct threads_ctx *c, struct task *tk, long nr, const char *arg0_text,
+                                   char state)
 {
     if (nr < 0) /* blocked outside a syscall: a page fault, unless the thread is stopped (signal, debugger) */
-        return state == 'T' || state == 't' ? "other" : "fault_io";
+        return state == 'T' || state == 't' ? &CLS_OTHER : &CLS_FAULT;
     switch (nr) {
     case SYS_read: case SYS_readv: /* a read of a pipe, socket or eventfd waits for a writer, not for storage */
-        return fd_kind(c, tk, arg0) == FD_WAIT ? "idle" : "read_io";
+        return fd_kind(c, tk, parse_hex(arg0_text)) == FD_WAIT ? &CLS_IDLE : &CLS_READ;
     case SYS_pread64: case SYS_preadv:
 #ifdef SYS_preadv2
     case SYS_preadv2:
@@ -696,14 +826,14 @@ static const char *classify(struct threads_ctx *c, struct task *tk, long nr, lon
 #ifdef SYS_io_pgetevents
     case SYS_io_pgetevents:
 #endif
-        return "read_io";
+        return &CLS_READ;
     case SYS_futex:
 #ifdef SYS_futex_waitv
     case SYS_futex_waitv:
 #endif
-        return "futex";
+        return &CLS_FUTEX;
     case SYS_ioctl:
-        return fd_kind(c, tk, arg0) == FD_GPU ? "gpu" : "other";
+        return fd_kind(c, tk, parse_hex(arg0_text)) == FD_GPU ? &CLS_GPU : &CLS_OTHER;
 #ifdef SYS_epoll_wait
     case SYS_epoll_wait:
 #endif
@@ -720,9 +850,9 @@ static const char *classify(struct threads_ctx *c, struct task *tk, long nr, lon
     case SYS_epoll_pwait2:
 #endif
     case SYS_epoll_pwait: case SYS_ppoll: case SYS_pselect6: case SYS_clock_nanosleep:
-        return "idle";
+        return &CLS_IDLE;
     default:
-        return "other";
+        return &CLS_OTHER;
     }
 }
 
@@ -767,40 +897,102 @@ static int read_stat(struct threads_ctx *c, struct task *tk, struct reading *r)
     return 0;
 }
 
-/* syscall of one thread into r (nr, class; the state '-' when stat was not read); -1 when the thread is gone. */
+/* The thread is on a CPU or runnable: no wait to remember, no gating. */
+static void forget_wait(struct task *tk)
+{
+    tk->sys_len = 0;
+    tk->same = 0;
+    tk->gated = 0;
+}
+
+/* syscall of one thread into tk (the line, its class) and r (nr, class; the state '-' when stat was not read);
+ * -1 when the thread is gone. A line identical to the last one counts towards gating the thread. */
 static int read_syscall(struct threads_ctx *c, struct task *tk, struct reading *r, int stat_read)
 {
     ssize_t n = pread_all0(tk->syscall_fd, c->sbuf, sizeof c->sbuf - 1);
-    char *p = c->sbuf, *end, *word;
-    size_t len;
-    long nr, arg0 = -1;
+    const char *p = c->sbuf, *e;
+    long nr;
     if (n <= 0)
         return -1;
-    end = c->sbuf + n;
-    *end = '\0';
-    word = next_word(&p, end, &len);
-    if (!word || *word == 'r') { /* "running": on a CPU or runnable (stat would say R) */
+    c->sbuf[n] = '\0';
+    while (is_space(*p))
+        p++;
+    if (*p != '-' && (*p < '0' || *p > '9')) { /* "running": on a CPU or runnable (stat would say R) */
         if (!stat_read)
             r->state = 'R';
+        forget_wait(tk);
         return 0;
     }
-    nr = strtol(word, NULL, 10);
-    r->nr = word;
-    r->lnr = len;
-    if (nr >= 0 && (word = next_word(&p, end, &len)) != NULL)
-        arg0 = (long)strtoul(word, NULL, 16);
+    if ((size_t)n == tk->sys_len && !memcmp(c->sbuf, tk->sys, (size_t)n)) {
+        tk->same++;
+    } else {
+        memcpy(tk->sys, c->sbuf, (size_t)n);
+        tk->sys_len = (size_t)n;
+        tk->same = 0;
+        tk->gated = 0;
+    }
+    p = tk->sys + (p - c->sbuf);
+    nr = parse_dec(p, &e);
+    tk->nr_len = (size_t)(e - tk->sys);
+    r->nr = tk->sys;
+    r->lnr = tk->nr_len;
     if (!stat_read)
         r->state = '-'; /* off CPU; D or S was not read this sample */
-    r->cls = classify(c, tk, nr, arg0, stat_read ? r->state : tk->state); /* stopped stays stopped till a stat */
+    /* stopped stays stopped till a stat */
+    tk->cls = classify(c, tk, nr, e, stat_read ? r->state : tk->state);
+    r->cls = tk->cls;
     return 0;
+}
+
+/* Has the thread been on a CPU since the last schedstat read? 0 no, 1 yes or unknown (the new values are the
+ * baseline now), -1 gone. schedstat: "sum_exec_runtime run_delay pcount"; pcount counts the times the thread got
+ * a CPU, so unchanged numbers mean it has not run, not even briefly. */
+static int schedstat_changed(struct threads_ctx *c, struct task *tk)
+{
+    ssize_t n;
+    const char *p, *e;
+    uint64_t run, count;
+    if (tk->sched_fd < 0) {
+        char rel[40];
+        snprintf(rel, sizeof rel, "%d/schedstat", tk->tid);
+        tk->sched_fd = openat(dirfd(c->taskdir), rel, O_RDONLY);
+        if (tk->sched_fd < 0) {
+            tk->never_gate = 1;
+            tk->gated = 0;
+            return 1;
+        }
+    }
+    n = pread_all0(tk->sched_fd, c->wbuf, sizeof c->wbuf - 1);
+    if (n <= 0)
+        return -1;
+    c->wbuf[n] = '\0';
+    run = (uint64_t)parse_dec(c->wbuf, &e);
+    (void)parse_dec(e, &p);
+    count = (uint64_t)parse_dec(p, &e);
+    if (count == 0) { /* "0 0 0": a kernel without sched_info; every thread has had a CPU at least once */
+        tk->never_gate = 1;
+        tk->gated = 0;
+        return 1;
+    }
+    tk->ss_valid_before = tk->ss_valid;
+    if (tk->ss_valid && run == tk->ss_run && count == tk->ss_count)
+        return 0;
+    tk->ss_run = run;
+    tk->ss_count = count;
+    tk->ss_valid = 1;
+    return 1;
+}
+
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
 }
 
 static void write_wchan(struct threads_ctx *c, struct task *tk, char state)
 {
     ssize_t w;
     char *ws, *we, *p;
-    if (!g_read_wchan)
-        return; /* empty: not read */
     if (state == 'R') {
         out_char('0'); /* a running task has no wait channel; the kernel would print 0 */
         return;
@@ -825,52 +1017,94 @@ static void write_wchan(struct threads_ctx *c, struct task *tk, char state)
         out_char('0');
 }
 
-static void write_record(struct threads_ctx *c, struct task *tk, const struct reading *r, uint64_t t)
+/* One record line, assembled in place in the output buffer (wchan, when read, through out_mem). */
+static void write_record(struct threads_ctx *c, struct task *tk, const struct reading *r)
 {
-    out_u64(t);
-    out_char('\t');
-    out_u64((uint64_t)tk->tid);
-    out_char('\t');
-    out_char(r->state);
-    out_char('\t');
-    out_mem(r->majflt, r->lmaj);
-    out_char('\t');
-    out_mem(r->utime, r->lut);
-    out_char('\t');
-    out_mem(r->stime, r->lst);
-    out_char('\t');
-    out_mem(tk->comm, tk->comm_len);
-    out_char('\t');
-    write_wchan(c, tk, r->state);
-    out_char('\t');
-    out_str(r->cls);
-    out_char('\t');
-    out_mem(r->nr, r->lnr);
-    out_char('\n');
+    char *p;
+    if (g_out.len + RECORD_ROOM > OUT_CAP)
+        out_flush();
+    p = g_out.buf + g_out.len;
+    p = put(p, c->t_txt, c->t_len);
+    *p++ = '\t';
+    p = put(p, tk->tid_txt, tk->tid_len);
+    *p++ = '\t';
+    *p++ = r->state;
+    *p++ = '\t';
+    p = put(p, r->majflt, r->lmaj);
+    *p++ = '\t';
+    p = put(p, r->utime, r->lut);
+    *p++ = '\t';
+    p = put(p, r->stime, r->lst);
+    *p++ = '\t';
+    p = put(p, tk->comm, tk->comm_len);
+    *p++ = '\t';
+    if (g_read_wchan) {
+        g_out.len = (size_t)(p - g_out.buf);
+        write_wchan(c, tk, r->state);
+        if (g_out.len + RECORD_ROOM > OUT_CAP)
+            out_flush();
+        p = g_out.buf + g_out.len;
+    }
+    *p++ = '\t';
+    p = put(p, r->cls->s, r->cls->n);
+    *p++ = '\t';
+    p = put(p, r->nr, r->lnr);
+    *p++ = '\n';
+    g_out.len = (size_t)(p - g_out.buf);
+}
+
+/* For a gated thread: 1 when it has not been on a CPU since its last syscall read (that reading still holds),
+ * 0 when syscall must be read (it ran: a miss, after which it is gated again only after a longer quiet spell),
+ * -1 when it is gone. */
+static int still_parked(struct threads_ctx *c, struct task *tk)
+{
+    int rc = schedstat_changed(c, tk);
+    if (rc == 1 && tk->ss_valid_before) {
+        tk->gated = 0;
+        tk->same = 0;
+        if (tk->gate_after < 256)
+            tk->gate_after *= 2;
+    }
+    return rc < 0 ? -1 : !rc;
 }
 
 /* One thread in one sample: 0 written, 1 skipped (malformed stat), -1 gone. */
-static int sample_task(struct threads_ctx *c, struct task *tk, uint64_t t, int full)
+static int sample_task(struct threads_ctx *c, struct task *tk, int full)
 {
-    struct reading r = {0, "", "", "", "", "", 0, 0, 0, 0};
+    struct reading r = {0, "", "", "", "", 0, 0, 0, 0, &CLS_NONE};
     int dead = tk->state == 'Z' || tk->state == 'X';
-    int stat_read = full || dead || tk->state == 0 || tk->syscall_fd < 0, rc;
+    int stat_read = full || dead || tk->state == 0 || tk->syscall_fd < 0, rc, parked = 0;
     if (stat_read) {
         rc = read_stat(c, tk, &r);
         if (rc != 0)
             return rc;
         dead = r.state == 'Z' || r.state == 'X';
     }
+    if (!dead && !(stat_read && r.state == 'R') && tk->syscall_fd >= 0 && tk->gated && tk->sys_len) {
+        parked = still_parked(c, tk);
+        if (parked < 0 && !stat_read)
+            return -1;
+    }
     if (dead || (stat_read && r.state == 'R')) {
-        /* nothing to classify */
+        forget_wait(tk); /* nothing to classify */
     } else if (tk->syscall_fd < 0) {
-        r.cls = "?"; /* syscall unreadable: the class is unknown */
-    } else if (read_syscall(c, tk, &r, stat_read) != 0) {
+        r.cls = &CLS_UNKNOWN; /* syscall unreadable: the class is unknown */
+    } else if (parked > 0) { /* still in the wait of its last syscall read */
+        if (!stat_read)
+            r.state = '-';
+        r.nr = tk->sys;
+        r.lnr = tk->nr_len;
+        r.cls = tk->cls;
+    } else if (parked < 0 || read_syscall(c, tk, &r, stat_read) != 0) {
         if (!stat_read)
             return -1;
-        r.cls = "?"; /* exited between the two reads */
+        r.cls = &CLS_UNKNOWN; /* exited between the two reads */
+        forget_wait(tk);
+    } else if (g_gate && !tk->gated && !tk->never_gate && tk->sys_len && tk->same + 1 >= tk->gate_after) {
+        tk->gated = 1;    /* parked in one wait: from the next sample on, schedstat first */
+        tk->ss_valid = 0; /* ... whose baseline must be read before a syscall read (the next sample does both) */
     }
-    write_record(c, tk, &r, t);
+    write_record(c, tk, &r);
     return 0;
 }
 
@@ -878,22 +1112,33 @@ static int threads_sample(void *vctx, uint64_t t)
 {
     struct threads_ctx *c = vctx;
     size_t i, k;
-    int live = 0, scanned = 0, full;
+    int live = 0, scanned = 0, full = 0;
 
+    /* housekeeping every ~100 ms: an fd number can be reused (resolve ioctl/read fds anew), and a changed link
+     * count of the task directory (one fstat, ~1/3 of a listing's cost) means threads came or went */
+    if (++c->since_flush >= c->flush_every) {
+        c->since_flush = 0;
+        for (i = 0; i < c->ntasks; i++)
+            c->tasks[i].nfds = 0;
+        if (c->count_ok && task_count(c) != (long)c->ntasks)
+            c->since_scan = c->scan_every; /* rescan now (and read stat: new threads' first samples do anyway) */
+    }
     if (c->need_scan || ++c->since_scan >= c->scan_every) {
+        full = c->need_scan || !c->count_ok; /* after a failed read: stat says who is a zombie */
         scanned = 1;
         c->need_scan = 0;
         c->since_scan = 0;
         if (threads_scan(c) < 0)
             return SAMPLE_EXIT;
     }
-    full = scanned || ++c->since_stat >= g_stat_every;
+    full = full || ++c->since_stat >= g_stat_every;
     if (full)
         c->since_stat = 0;
+    c->t_len = format_u64(c->t_txt, t);
 
     for (i = 0; i < c->ntasks; i++) {
         struct task *tk = &c->tasks[i];
-        int rc = sample_task(c, tk, t, full);
+        int rc = sample_task(c, tk, full);
         if (rc < 0) {
             task_close(tk);
             c->need_scan = 1;
@@ -946,7 +1191,9 @@ static int open_source(enum mode mode, const char *target, long pid, const char 
             return 1;
         }
         free(path);
-        tctx.scan_every = (unsigned)(RESCAN_MS / period_ms > 1 ? RESCAN_MS / period_ms : 1);
+        tctx.flush_every = (unsigned)(RESCAN_MS / period_ms > 1 ? RESCAN_MS / period_ms : 1);
+        tctx.scan_every = tctx.flush_every; /* until the first scan shows the link count can be trusted */
+        tctx.fallback_every = (unsigned)(FALLBACK_MS / period_ms > 1 ? FALLBACK_MS / period_ms : 1);
         tctx.need_scan = 1;
         *sample = threads_sample;
         *ctx = &tctx;
@@ -960,7 +1207,8 @@ static int open_source(enum mode mode, const char *target, long pid, const char 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: sampler block DEV   [--period-ms N] [--out FILE] [--root DIR]   (default period 10 ms)\n"
-               "       sampler threads PID [--period-ms N] [--stat-ms N] [--wchan] [--out FILE] [--root DIR]\n"
+               "       sampler threads PID [--period-ms N] [--stat-ms N] [--wchan] [--no-gate] [--out FILE]\n"
+               "                           [--root DIR]\n"
                "                           (default period 5 ms, stat of every thread every 100 ms)\n");
 }
 
@@ -1023,6 +1271,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--wchan")) {
             g_read_wchan = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-gate")) {
+            g_gate = 0;
             continue;
         }
         nl = strcspn(a, "=");
@@ -1105,6 +1357,7 @@ int main(int argc, char **argv)
         out_u64((uint64_t)g_stat_every);
         out_str(g_read_wchan ? " wchan=1 arch=" : " wchan=0 arch=");
         out_str(ARCH);
+        out_str(g_gate ? " gate=schedstat" : " gate=none");
 #endif
     }
     out_str(" clock=monotonic\n");
