@@ -394,6 +394,37 @@ def test_wait_shares_clip_what_the_counters_claim_beyond_the_off_cpu_time() -> N
     assert wait_shares([first], 0, 10**9) is None  # one read: no window
 
 
+MS = 1_000_000
+
+
+def _reads(*cumulative: tuple[int, int, int]) -> list[dict[str, int]]:
+    """Reads every 20 ms with cumulative (run, runqueue, blkio delay) in ms."""
+    return [{"t_ns": 20 * MS * i, "run_ns": run * MS, "runqueue_ns": rq * MS, "blkio_delay_ns": blkio * MS,
+             "thrashing_delay_ns": 0, "freepages_delay_ns": 0} for i, (run, rq, blkio) in enumerate(cumulative)]
+
+
+def test_a_sleep_longer_than_the_read_period_is_handed_back_to_the_intervals_it_spanned() -> None:
+    """Delay accounting adds a sleep's delay when it ends: a 45 ms I/O wait that began 5 ms into a 20 ms interval
+    lands whole in the third, which holds only 10 ms of it. The 35 ms it began with are io_wait, not other_sleep,
+    and nothing is said to overlap (under load on this VM, per-interval clipping alone put a fault thread's io_wait
+    15 points under bpftrace's D time)."""
+    reads = _reads((0, 0, 0), (5, 0, 0), (5, 0, 0), (15, 0, 45))  # ran 5 ms, slept 45 ms, ran 10 ms
+    shares = wait_shares(reads, 0, 60 * MS)
+    assert shares["io_wait"] == pytest.approx(45 / 60) and shares["run"] == pytest.approx(15 / 60)
+    assert shares["other_sleep"] == pytest.approx(0) and shares["overlap_s"] == pytest.approx(0)
+
+
+def test_a_delay_is_handed_back_no_further_than_where_the_thread_last_ran() -> None:
+    """A sleep cannot have begun before the thread last ran: an interval of other sleep (a futex, say) followed
+    by running keeps its class, and what the later interval claimed beyond that is overlap."""
+    # slept 20 ms in a futex, ran 5 ms and slept 15 ms, then a blkio jump of 60 ms with 10 ms run in the last
+    reads = _reads((0, 0, 0), (0, 0, 0), (5, 0, 0), (15, 0, 60))
+    shares = wait_shares(reads, 0, 60 * MS)
+    assert shares["other_sleep"] == pytest.approx(20 / 60)  # the futex interval is untouched
+    assert shares["io_wait"] == pytest.approx(25 / 60)  # 15 ms handed back + 10 ms in its own interval
+    assert shares["overlap_s"] == pytest.approx(0.035)  # 60 claimed - 10 - 15
+
+
 def test_ingest_keeps_each_rows_time_and_adds_the_collectors_notes() -> None:
     from harness.collectors import COLLECTORS
 

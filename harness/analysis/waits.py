@@ -88,24 +88,56 @@ def _interval(first: Mapping[str, Any], last: Mapping[str, Any], clock_ticks_per
             continue
         taken = min(max(claimed, 0.0), left)
         out["overlap"] += max(claimed, 0.0) - taken  # type: ignore[operator]
+        out["_excess_" + name] = max(claimed, 0.0) - taken
         left -= taken
         out[name] = taken
     out["other_sleep"] = left
     return out
 
 
+def _spread_back(intervals: list[dict[str, float | None]]) -> list[dict[str, float | None]]:
+    """Delay accounting adds a sleep's whole delay when the sleep ends, so a sleep longer than the read period lands
+    in one interval that cannot hold it, and the intervals it began in show that time as unexplained other_sleep.
+    What an interval's class claimed beyond its off-CPU time is handed back to the intervals before it, into their
+    other_sleep, for as far as the sleep can have reached: through intervals spent wholly off CPU, and into the
+    one where the thread last ran (where the sleep began), no further. Whatever does not fit stays ``overlap``
+    (the counters claimed more than the thread slept: the kernel's over-count, or overlapping counters)."""
+    for k, interval in enumerate(intervals):
+        for name in ("thrashing", "io_wait", "reclaim"):
+            excess = interval.get("_excess_" + name) or 0.0
+            j = k - 1
+            while excess > 0 and j >= 0:
+                before = intervals[j]
+                if before.get(name) is None:
+                    break
+                moved = min(excess, before["other_sleep"] or 0.0)
+                before["other_sleep"] = (before["other_sleep"] or 0.0) - moved
+                before[name] = (before[name] or 0.0) + moved
+                interval["overlap"] = (interval["overlap"] or 0.0) - moved
+                excess -= moved
+                if (before["run"] or 0.0) > 0 or (before["runqueue"] or 0.0) > 0:
+                    break  # the thread ran here: the sleep began in this interval
+                j -= 1
+    return intervals
+
+
 def wait_shares(rows: Iterable[Mapping[str, Any]], t0: int, t1: int,
                 clock_ticks_per_s: int = 100) -> dict[str, Any] | None:
     """Shares of wall time per class for one thread's counter rows over the reads inside [t0, t1] (ns, monotonic);
     None when fewer than two reads fall inside. Each interval between two reads is split on its own, so a delay
-    counter that jumps by more than an interval's off-CPU time (seen on kernel 6.18) spoils that interval only."""
+    counter that jumps by more than an interval's off-CPU time (seen on kernel 6.18) spoils that interval only --
+    after what it claimed beyond the interval has been handed back to the sleep it ended (:func:`_spread_back`)."""
     reads = _reads_in(rows, t0, t1)
     if reads is None:
         return None
     wall = float(reads[-1]["t_ns"] - reads[0]["t_ns"])
+    intervals = _spread_back([_interval(first, last, clock_ticks_per_s)
+                              for first, last in zip(reads, reads[1:], strict=False)])
     totals: dict[str, float | None] = {}
-    for first, last in zip(reads, reads[1:], strict=False):
-        for name, value in _interval(first, last, clock_ticks_per_s).items():
+    for interval in intervals:
+        for name, value in interval.items():
+            if name.startswith("_"):
+                continue
             if value is None or totals.get(name, 0.0) is None:
                 totals[name] = None
             else:
