@@ -13,7 +13,9 @@ Over the span between the first and the last read inside the window [t0, t1] (it
 The shares add up to 1. The delay counters overlap each other and the run time (a thrashing wait is also a blkio
 wait; direct reclaim is partly on CPU), and on some kernels blkio delay has been seen to exceed the thread's whole
 off-CPU time: each sleep class is therefore taken out of the off-CPU time in the order thrashing, io_wait, reclaim,
-clipped to what is left, and ``overlap_s`` says how much the counters claimed beyond it (0: none). Without delay
+clipped to what is left; what an interval claimed beyond it is first handed back to the intervals the sleep spanned
+(delay accounting adds a sleep's delay when it ends: :func:`_spread_back`), and ``overlap_s`` says how much the
+counters claimed beyond that (0: none). Without delay
 accounting (``blkio_delay_ns`` missing) io_wait falls back to ``blkio_ticks`` (stat field 42, clock ticks), and a
 class whose counter the kernel did not give is None, not 0; ``available`` names the counters that were there.
 
