@@ -11,7 +11,8 @@ the step's threads, cumulative since its attach, one TAB-separated line per thre
 (for class ``runqueue``, state R: preempted, the whole time off CPU). Rows carry the header's ``pid``, ``arch``
 and ``bpftrace``. ``unwoken`` counts the sleeps whose wake-up bpftrace did not see (the sched_wakeup program is
 skipped when it interrupts another BPF program on that CPU): their wait for a CPU is counted as blocked. ``unseen``
-counts the switches in or out that bpftrace missed (the off-CPU interval is then lost), ``noregs`` the switches out
+counts the switches in or out that bpftrace missed (before the collector closed intervals at the next switch out
+from the thread's CPU time, the off-CPU interval was then lost), ``noregs`` the switches out
 whose syscall could not be read (syscall ``unknown``), ``lost`` the events bpftrace's perf buffer dropped; captures
 before issue 13 have only ``unwoken`` and ``unseen``, the missing counts are left empty. Output of another version,
 or without the header, is refused.

@@ -7,9 +7,10 @@ seen on a loaded machine), and follows every process the runner forks from then 
 runner's pid); only the step's main process's threads are written. At ``sched_switch`` a thread leaving the CPU is
 stamped with the time, its state (prev_state: D = uninterruptible, S = interruptible, neither = preempted, still
 runnable) and the syscall it is in, read from its saved user registers (what /proc/PID/syscall reads; the fd of an
-ioctl from its first argument); ``sched_wakeup`` stamps when it became runnable again; when it is switched back in,
-the time blocked (switch-out to wake-up) and the time then spent waiting for a CPU (wake-up to switch-in) are added
-to its key (process, thread, syscall, state, ioctl fd). Everything is summed in kernel maps; every ``period_ms`` and
+ioctl from its first argument); ``sched_wakeup`` stamps when it became runnable again; at its next switch out, the
+time it was off CPU since the last (the wall time it did not run, from its se.sum_exec_runtime: what its CPU clock
+reads) is added to that switch's key (process, thread, syscall, state, ioctl fd), split into blocked (switch out to
+wake-up) and waiting for a CPU (the rest). Everything is summed in kernel maps; every ``period_ms`` and
 at the end, bpftrace prints the cumulative maps (JSON), never a line per event; this module classifies each key into
 the sampler's classes and writes them (``offcpu.txt``, parsed by
 harness/parsers/offcpu.py)::
@@ -29,7 +30,8 @@ the attach, so analyses take differences between snapshots, like the counters'.
 What bpftrace missed is counted in the ``# stop`` line and, when anything was, said in one line on the runner's
 stderr: ``unwoken``, the wake-ups not seen (the kernel skips a tracepoint program that fires while another BPF
 program -- or a map read from user space, bpftrace's own snapshot -- holds that CPU's BPF slot; that sleep's wait
-for a CPU is then counted as blocked); ``unseen``, switches in or out not seen (that interval is lost); ``noregs``;
+for a CPU is then counted as blocked); ``unseen``, switches in or out not seen (no time is lost: an interval is
+closed from the CPU time; after a missed switch out the next interval takes the earlier one's key); ``noregs``;
 ``lost``, events bpftrace's perf buffer dropped (only the snapshots' marks go through it). There used to be
 thousands of misses beside a syscall-heavy neighbour (issue 13): raw_syscalls programs ran on every syscall of the
 machine and held the CPU's BPF slot when a wake-up interrupt came; now nothing runs per syscall, and a few remain
@@ -101,6 +103,13 @@ REGS = {
                 "user": "($r->pstate & 0x1f) == 0"},
 }
 
+# An interval off CPU is closed at the thread's NEXT switch out, in the kernel's own terms: the wall time since its
+# last switch out minus the CPU time it got meanwhile (se.sum_exec_runtime, what its CPU clock and schedstat read).
+# The kernel charges a thread's CPU time from the start of the schedule() that picks it, microseconds before this
+# tracepoint fires; stamps taken here at switch in and out counted those microseconds of every switch as off CPU,
+# 4-5 points of the wall time of a page-faulting thread that switches ten thousand times a second. So the shares
+# add up with the thread's clock (time stolen by the hypervisor, which its clock leaves out, counts as waiting), and
+# a missed switch in loses nothing. The wake-up stamp splits the interval into blocked and waited.
 # Everything is summed in kernel maps; bpftrace prints them (cumulative) every PERIOD_MS and at the end, never a
 # line per event: events cannot be lost in the perf buffer, and nothing runs per syscall (the syscall is read from
 # the thread's registers when it leaves the CPU), so a neighbour's millions of syscalls cost this program nothing
@@ -110,11 +119,29 @@ SCRIPT = r"""
 BEGIN { printf("attached\n"); }
 tracepoint:sched:sched_process_fork /pid == RUNNER/ { @traced[args->child_pid] = 1; }
 tracepoint:sched:sched_switch {
+  $ts = nsecs;
   if (@traced[pid]) {
     $prev = args->prev_pid;
     $state = args->prev_state;
+    $rt = curtask->se.sum_exec_runtime;
     if (@since[$prev] > 0) { @unseen = count(); }
-    @since[$prev] = nsecs;
+    if (@outt[$prev] > 0) {
+      // since its last switch out the thread was off CPU for the wall time it did not run (its CPU clock)
+      $off = (int64)($ts - @outt[$prev]) - (int64)($rt - @outrt[$prev]);
+      if ($off > 0) {
+        $blk = $off;
+        $wk = @woke[$prev];
+        if ($wk > 0) {
+          if ((int64)($wk - @outt[$prev]) < $off) { $blk = (int64)($wk - @outt[$prev]); }
+        } else { @unwoken = count(); }
+        @blocked[pid, $prev, @why[$prev], @d[$prev], @fd[$prev]] = sum($blk);
+        @waited[pid, $prev, @why[$prev], @d[$prev], @fd[$prev]] = sum($off - $blk);
+        @n[pid, $prev, @why[$prev], @d[$prev], @fd[$prev]] = count();
+      }
+    }
+    @outt[$prev] = $ts;
+    @outrt[$prev] = $rt;
+    @since[$prev] = $ts;
     @tgid[$prev] = pid;
     @comm[$prev] = comm;
     @woke[$prev] = (uint64)0;
@@ -128,24 +155,12 @@ tracepoint:sched:sched_switch {
     } else { @noregs = count(); }
     @why[$prev] = $why;
     @fd[$prev] = $fd;
-    if (($state & 3) == 0) { @woke[$prev] = nsecs; @d[$prev] = 3; }
+    if (($state & 3) == 0) { @woke[$prev] = $ts; @d[$prev] = 3; }
     else { if ($state & 2) { @d[$prev] = 1; } else { @d[$prev] = 0; } }
   }
   $next = args->next_pid;
-  $t0 = @since[$next];
-  if ($t0 == 0 && @tgid[$next] > 0) { @unseen = count(); }
-  if ($t0 > 0) {
-    $now = nsecs;
-    $w = $now;
-    if (@woke[$next] > 0) { $w = @woke[$next]; } else { @unwoken = count(); }
-    $key_why = @why[$next];
-    $key_d = @d[$next];
-    $key_fd = @fd[$next];
-    @blocked[@tgid[$next], $next, $key_why, $key_d, $key_fd] = sum($w - $t0);
-    @waited[@tgid[$next], $next, $key_why, $key_d, $key_fd] = sum($now - $w);
-    @n[@tgid[$next], $next, $key_why, $key_d, $key_fd] = count();
-    delete(@since[$next]);
-  }
+  if (@since[$next] > 0) { delete(@since[$next]); }
+  else { if (@tgid[$next] > 0) { @unseen = count(); } }
 }
 tracepoint:sched:sched_wakeup /@since[args->pid] > 0/ {
   if (@woke[args->pid] == 0) { @woke[args->pid] = nsecs; }
@@ -155,9 +170,11 @@ END {
   printf("t %lld\n", nsecs); print(@blocked); print(@waited); print(@n); print(@comm); print(@unwoken);
   print(@unseen); print(@noregs); clear(@unseen); clear(@unwoken); clear(@noregs); clear(@blocked);
   clear(@waited); clear(@n); clear(@comm); clear(@fd); clear(@since); clear(@woke); clear(@why); clear(@d);
-  clear(@tgid); clear(@traced);
+  clear(@tgid); clear(@traced); clear(@outt); clear(@outrt);
 }
 """
+
+
 
 
 def program(runner_pid, period_ms, machine):
