@@ -289,6 +289,17 @@ def test_the_program_reads_the_syscall_from_registers_on_every_architecture() ->
         assert not any(word in program for word in ("FIND_REGS", "USER", "SYSCALL", "ARG0", "PERIOD_MS", "RUNNER"))
 
 
+def test_a_sleep_still_open_at_a_snapshot_counts_up_to_it() -> None:
+    """A thread off CPU when a snapshot is printed adds its time so far to the snapshot (a 2 s wait across the end
+    of a window had been left out of it): asleep until its wake-up, waiting for a CPU after; a thread that left
+    after the snapshot's stamp, or is on CPU (@since 0), adds nothing."""
+    maps = {"@since": {"11": 1_000, "12": 5_000, "13": 0, "14": 20_000}, "@woke": {"11": 0, "12": 8_000, "14": 0},
+            "@why": {"11": 202, "12": -1, "13": 0, "14": 0}, "@d": {"11": 0, "12": 1, "13": 0, "14": 0},
+            "@fd": {"11": -1, "12": -1, "13": -1, "14": -1}, "@tgid": {"11": 10, "12": 10, "13": 10, "14": 10}}
+    found = offcpu.open_intervals(10_000, maps)
+    assert found == {"10,11,202,0,-1": (9_000, 0), "10,12,-1,1,-1": (3_000, 2_000)}
+
+
 def test_offcpu_output_of_another_version_or_class_is_refused() -> None:
     with pytest.raises(ParseError, match="version v2"):
         parse("offcpu", b"# harness-offcpu v2 pid=1\n")

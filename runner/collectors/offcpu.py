@@ -103,13 +103,16 @@ REGS = {
                 "user": "($r->pstate & 0x1f) == 0"},
 }
 
-# An interval off CPU is closed at the thread's NEXT switch out, in the kernel's own terms: the wall time since its
-# last switch out minus the CPU time it got meanwhile (se.sum_exec_runtime, what its CPU clock and schedstat read).
-# The kernel charges a thread's CPU time from the start of the schedule() that picks it, microseconds before this
-# tracepoint fires; stamps taken here at switch in and out counted those microseconds of every switch as off CPU,
-# 4-5 points of the wall time of a page-faulting thread that switches ten thousand times a second. So the shares
-# add up with the thread's clock (time stolen by the hypervisor, which its clock leaves out, counts as waiting), and
-# a missed switch in loses nothing. The wake-up stamp splits the interval into blocked and waited.
+# An interval off CPU is counted when the thread is switched back in (switch-out to wake-up blocked, then waiting
+# for a CPU) and made exact at its next switch out, in the kernel's own terms: the wall time since the last switch
+# out minus the CPU time it got meanwhile (se.sum_exec_runtime, what its CPU clock and schedstat read), less what
+# the switch in counted, goes to the interval's waiting part. The kernel charges a thread's CPU from the start of
+# the schedule() that picks it, microseconds before this tracepoint fires: stamps alone counted those microseconds
+# of every switch as off CPU, 4-5 points of the wall time of a page-faulting thread that switches ten thousand
+# times a second. So the shares add up with the thread's clock, and a missed switch in loses nothing. Each
+# snapshot also prints the threads off CPU right now (@since and their keys): their time so far is added to the
+# snapshot's rows, so a sleep still open at a snapshot counts up to it instead of all at once where it ends (a
+# 2 s wait across the end of a window had been left out of the window).
 # Everything is summed in kernel maps; bpftrace prints them (cumulative) every PERIOD_MS and at the end, never a
 # line per event: events cannot be lost in the perf buffer, and nothing runs per syscall (the syscall is read from
 # the thread's registers when it leaves the CPU), so a neighbour's millions of syscalls cost this program nothing
@@ -126,21 +129,25 @@ tracepoint:sched:sched_switch {
     $rt = curtask->se.sum_exec_runtime;
     if (@since[$prev] > 0) { @unseen = count(); }
     if (@outt[$prev] > 0) {
-      // since its last switch out the thread was off CPU for the wall time it did not run (its CPU clock)
-      $off = (int64)($ts - @outt[$prev]) - (int64)($rt - @outrt[$prev]);
-      if ($off > 0) {
-        $blk = $off;
-        $wk = @woke[$prev];
-        if ($wk > 0) {
-          if ((int64)($wk - @outt[$prev]) < $off) { $blk = (int64)($wk - @outt[$prev]); }
-        } else { @unwoken = count(); }
-        @blocked[pid, $prev, @why[$prev], @d[$prev], @fd[$prev]] = sum($blk);
-        @waited[pid, $prev, @why[$prev], @d[$prev], @fd[$prev]] = sum($off - $blk);
-        @n[pid, $prev, @why[$prev], @d[$prev], @fd[$prev]] = count();
+      // what the kernel's CPU time says the thread spent off CPU since its last switch out, less what the switch in
+      // counted: a few microseconds per switch (the whole interval when that switch in was missed)
+      $fix = (int64)($ts - @outt[$prev]) - (int64)($rt - @outrt[$prev]) - @counted[$prev];
+      if (@since[$prev] > 0) {
+        if ($fix > 0) {
+          $blk = $fix;
+          $wk = @woke[$prev];
+          if ($wk > 0 && (int64)($wk - @since[$prev]) < $fix) { $blk = (int64)($wk - @since[$prev]); }
+          @blocked[pid, $prev, @why[$prev], @d[$prev], @fd[$prev]] = sum($blk);
+          @waited[pid, $prev, @why[$prev], @d[$prev], @fd[$prev]] = sum($fix - $blk);
+          @n[pid, $prev, @why[$prev], @d[$prev], @fd[$prev]] = count();
+        }
+      } else {
+        if ($fix != 0) { @waited[pid, $prev, @why[$prev], @d[$prev], @fd[$prev]] = sum($fix); }
       }
     }
     @outt[$prev] = $ts;
     @outrt[$prev] = $rt;
+    @counted[$prev] = 0;
     @since[$prev] = $ts;
     @tgid[$prev] = pid;
     @comm[$prev] = comm;
@@ -159,18 +166,30 @@ tracepoint:sched:sched_switch {
     else { if ($state & 2) { @d[$prev] = 1; } else { @d[$prev] = 0; } }
   }
   $next = args->next_pid;
-  if (@since[$next] > 0) { delete(@since[$next]); }
-  else { if (@tgid[$next] > 0) { @unseen = count(); } }
+  $t0 = @since[$next];
+  if ($t0 == 0 && @tgid[$next] > 0) { @unseen = count(); }
+  if ($t0 > 0) {
+    $w = $ts;
+    if (@woke[$next] > 0) { $w = @woke[$next]; } else { @unwoken = count(); }
+    @blocked[@tgid[$next], $next, @why[$next], @d[$next], @fd[$next]] = sum($w - $t0);
+    @waited[@tgid[$next], $next, @why[$next], @d[$next], @fd[$next]] = sum($ts - $w);
+    @n[@tgid[$next], $next, @why[$next], @d[$next], @fd[$next]] = count();
+    @counted[$next] = (int64)($ts - $t0);
+    @since[$next] = 0;  // not delete: a snapshot printing @since aborts bpftrace 0.17 when a key it listed is gone
+  }
 }
 tracepoint:sched:sched_wakeup /@since[args->pid] > 0/ {
   if (@woke[args->pid] == 0) { @woke[args->pid] = nsecs; }
 }
-interval:ms:PERIOD_MS { printf("t %lld\n", nsecs); print(@blocked); print(@waited); print(@n); print(@comm); }
+interval:ms:PERIOD_MS {
+  printf("t %lld\n", nsecs); print(@blocked); print(@waited); print(@n); print(@comm);
+  print(@since); print(@woke); print(@why); print(@d); print(@fd); print(@tgid);
+}
 END {
   printf("t %lld\n", nsecs); print(@blocked); print(@waited); print(@n); print(@comm); print(@unwoken);
   print(@unseen); print(@noregs); clear(@unseen); clear(@unwoken); clear(@noregs); clear(@blocked);
   clear(@waited); clear(@n); clear(@comm); clear(@fd); clear(@since); clear(@woke); clear(@why); clear(@d);
-  clear(@tgid); clear(@traced); clear(@outt); clear(@outrt);
+  clear(@tgid); clear(@traced); clear(@outt); clear(@outrt); clear(@counted);
 }
 """
 
@@ -188,6 +207,27 @@ def program(runner_pid, period_ms, machine):
             .replace("SYSCALL", regs["syscall"]).replace("ARG0", regs["arg0"])
             .replace("PERIOD_MS", str(period_ms)).replace("IOCTL", str(SYSCALLS[machine]["ioctl"]))
             .replace("RUNNER", str(runner_pid)))
+
+
+def open_intervals(t_ns, maps):
+    """{key: (blocked ns, waiting ns)} of the threads off CPU at a snapshot taken at ``t_ns``, from the snapshot's
+    @since (when each left the CPU), @woke (when it became runnable again) and its key maps; a thread that left
+    after ``t_ns`` (the maps are read a moment after the stamp) counts nothing yet."""
+    since, woke = maps.get("@since") or {}, maps.get("@woke") or {}
+    why, state, fd, tgid = (maps.get(name) or {} for name in ("@why", "@d", "@fd", "@tgid"))
+    found = {}
+    for tid, left in since.items():
+        left, woken = int(left), int(woke.get(tid) or 0)
+        if left <= 0 or left >= t_ns or tid not in tgid or tid not in why:
+            continue
+        key = "%s,%s,%s,%s,%s" % (tgid[tid], tid, why[tid], state.get(tid, 2), fd.get(tid, -1))
+        if 0 < woken < t_ns:
+            asleep, waiting = max(woken - left, 0), t_ns - max(woken, left)
+        else:
+            asleep, waiting = t_ns - left, 0
+        before = found.get(key, (0, 0))
+        found[key] = (before[0] + asleep, before[1] + waiting)
+    return found
 
 
 def missed_warning(missed):
@@ -331,8 +371,12 @@ class Offcpu:
             return  # before the step: nothing of its own yet
         lines = []
         comms = maps.get("@comm") or {}
-        waited, counts = maps.get("@waited") or {}, maps.get("@n") or {}
-        for key, blocked in sorted((maps.get("@blocked") or {}).items()):
+        blocked_by, waited = dict(maps.get("@blocked") or {}), dict(maps.get("@waited") or {})
+        counts = maps.get("@n") or {}
+        for key, (asleep, waiting) in open_intervals(t_ns, maps).items():
+            blocked_by[key] = blocked_by.get(key, 0) + asleep
+            waited[key] = waited.get(key, 0) + waiting
+        for key, blocked in sorted(blocked_by.items()):
             tgid, tid, syscall, state, device = self._key(key)
             if tgid != pid:
                 continue  # another child of the runner (a sampler, a tool)
