@@ -7,10 +7,11 @@ seen on a loaded machine), and follows every process the runner forks from then 
 runner's pid); only the step's main process's threads are written. At ``sched_switch`` a thread leaving the CPU is
 stamped with the time, its state (prev_state: D = uninterruptible, S = interruptible, neither = preempted, still
 runnable) and the syscall it is in, read from its saved user registers (what /proc/PID/syscall reads; the fd of an
-ioctl from its first argument); ``sched_wakeup`` stamps when it became runnable again; at its next switch out, the
-time it was off CPU since the last (the wall time it did not run, from its se.sum_exec_runtime: what its CPU clock
-reads) is added to that switch's key (process, thread, syscall, state, ioctl fd), split into blocked (switch out to
-wake-up) and waiting for a CPU (the rest). Everything is summed in kernel maps; every ``period_ms`` and
+ioctl from its first argument); ``sched_wakeup`` stamps when it became runnable again; when it is switched back in,
+the time blocked (switch out to wake-up) and the time then spent waiting for a CPU are added to its key (process,
+thread, syscall, state, ioctl fd), and at its next switch out the interval is made exact from its
+se.sum_exec_runtime (what its CPU clock reads; see the comment above SCRIPT). Every snapshot also adds the time of
+the threads off CPU at that moment. Everything is summed in kernel maps; every ``period_ms`` and
 at the end, bpftrace prints the cumulative maps (JSON), never a line per event; this module classifies each key into
 the sampler's classes and writes them (``offcpu.txt``, parsed by
 harness/parsers/offcpu.py)::
@@ -30,8 +31,8 @@ the attach, so analyses take differences between snapshots, like the counters'.
 What bpftrace missed is counted in the ``# stop`` line and, when anything was, said in one line on the runner's
 stderr: ``unwoken``, the wake-ups not seen (the kernel skips a tracepoint program that fires while another BPF
 program -- or a map read from user space, bpftrace's own snapshot -- holds that CPU's BPF slot; that sleep's wait
-for a CPU is then counted as blocked); ``unseen``, switches in or out not seen (no time is lost: an interval is
-closed from the CPU time; after a missed switch out the next interval takes the earlier one's key); ``noregs``;
+for a CPU is then counted as blocked); ``unseen``, switches in or out not seen (no time is lost: the next switch
+out gives the interval back from the CPU time; after a missed switch out, under the earlier interval's key); ``noregs``;
 ``lost``, events bpftrace's perf buffer dropped (only the snapshots' marks go through it). There used to be
 thousands of misses beside a syscall-heavy neighbour (issue 13): raw_syscalls programs ran on every syscall of the
 machine and held the CPU's BPF slot when a wake-up interrupt came; now nothing runs per syscall, and a few remain
