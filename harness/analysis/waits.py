@@ -70,9 +70,13 @@ def _blkio(first: Mapping[str, Any], last: Mapping[str, Any], clock_ticks_per_s:
     return blkio
 
 
-def _interval(first: Mapping[str, Any], last: Mapping[str, Any], clock_ticks_per_s: int) -> dict[str, float | None]:
+Interval = dict[str, float | None]
+
+
+def _interval(first: Mapping[str, Any], last: Mapping[str, Any],
+              clock_ticks_per_s: int) -> tuple[Interval, dict[str, float]]:
     """One interval between two reads, in ns: run, runqueue, then the sleep classes each clipped to the off-CPU
-    time left, other_sleep, and the overlap the delay counters claimed beyond it."""
+    time left, and other_sleep; beside it, what each sleep class claimed beyond the time left (its excess)."""
     wall = float(last["t_ns"] - first["t_ns"])
     run, runqueue = _delta(first, last, "run_ns"), _delta(first, last, "runqueue_ns")
     if runqueue is None:
@@ -81,7 +85,8 @@ def _interval(first: Mapping[str, Any], last: Mapping[str, Any], clock_ticks_per
     runqueue = None if runqueue is None else min(max(runqueue, 0.0), wall - (run or 0.0))
     thrashing, blkio = _delta(first, last, "thrashing_delay_ns"), _blkio(first, last, clock_ticks_per_s)
     left = wall - (run or 0.0) - (runqueue or 0.0)
-    out: dict[str, float | None] = {"run": run, "runqueue": runqueue, "overlap": 0.0}
+    out: Interval = {"run": run, "runqueue": runqueue}
+    excess: dict[str, float] = {}
     claims = (("thrashing", thrashing), ("io_wait", None if blkio is None else max(0.0, blkio - (thrashing or 0.0))),
               ("reclaim", _delta(first, last, "freepages_delay_ns")))
     for name, claimed in claims:
@@ -89,38 +94,38 @@ def _interval(first: Mapping[str, Any], last: Mapping[str, Any], clock_ticks_per
             out[name] = None
             continue
         taken = min(max(claimed, 0.0), left)
-        out["overlap"] += max(claimed, 0.0) - taken  # type: ignore[operator]
-        out["_excess_" + name] = max(claimed, 0.0) - taken
+        excess[name] = max(claimed, 0.0) - taken
         left -= taken
         out[name] = taken
     out["other_sleep"] = left
-    return out
+    return out, excess
 
 
-def _spread_back(intervals: list[dict[str, float | None]]) -> list[dict[str, float | None]]:
+def _spread_back(intervals: list[tuple[Interval, dict[str, float]]]) -> float:
     """Delay accounting adds a sleep's whole delay when the sleep ends, so a sleep longer than the read period lands
     in one interval that cannot hold it, and the intervals it began in show that time as unexplained other_sleep.
     What an interval's class claimed beyond its off-CPU time is handed back to the intervals before it, into their
     other_sleep, for as far as the sleep can have reached: through intervals spent wholly off CPU, and into the
     one where the thread last ran (where the sleep began), no further. Whatever does not fit stays ``overlap``
-    (the counters claimed more than the thread slept: the kernel's over-count, or overlapping counters)."""
-    for k, interval in enumerate(intervals):
-        for name in ("thrashing", "io_wait", "reclaim"):
-            excess = interval.get("_excess_" + name) or 0.0
+    (the counters claimed more than the thread slept: the kernel's over-count, or overlapping counters): returns
+    that overlap, in ns."""
+    overlap = 0.0
+    for k, (_interval_k, excesses) in enumerate(intervals):
+        for name, excess in excesses.items():
             j = k - 1
             while excess > 0 and j >= 0:
-                before = intervals[j]
+                before = intervals[j][0]
                 if before.get(name) is None:
                     break
                 moved = min(excess, before["other_sleep"] or 0.0)
                 before["other_sleep"] = (before["other_sleep"] or 0.0) - moved
                 before[name] = (before[name] or 0.0) + moved
-                interval["overlap"] = (interval["overlap"] or 0.0) - moved
                 excess -= moved
                 if (before["run"] or 0.0) > 0 or (before["runqueue"] or 0.0) > 0:
                     break  # the thread ran here: the sleep began in this interval
                 j -= 1
-    return intervals
+            overlap += excess
+    return overlap
 
 
 def wait_shares(rows: Iterable[Mapping[str, Any]], t0: int, t1: int,
@@ -133,13 +138,11 @@ def wait_shares(rows: Iterable[Mapping[str, Any]], t0: int, t1: int,
     if reads is None:
         return None
     wall = float(reads[-1]["t_ns"] - reads[0]["t_ns"])
-    intervals = _spread_back([_interval(first, last, clock_ticks_per_s)
-                              for first, last in zip(reads, reads[1:], strict=False)])
+    intervals = [_interval(first, last, clock_ticks_per_s) for first, last in zip(reads, reads[1:], strict=False)]
+    overlap = _spread_back(intervals)
     totals: dict[str, float | None] = {}
-    for interval in intervals:
+    for interval, _excess in intervals:
         for name, value in interval.items():
-            if name.startswith("_"):
-                continue
             if value is None or totals.get(name, 0.0) is None:
                 totals[name] = None
             else:
@@ -147,7 +150,7 @@ def wait_shares(rows: Iterable[Mapping[str, Any]], t0: int, t1: int,
     available = [c for c in ("run_ns", "runqueue_ns", "blkio_ticks", *DELAYS)
                  if _delta(reads[0], reads[-1], c) is not None]
     shares = {c: None if totals.get(c) is None else totals[c] / wall for c in CLASSES}  # type: ignore[operator]
-    return {**shares, "overlap_s": (totals.get("overlap") or 0.0) / 1e9, "covered_s": wall / 1e9,
+    return {**shares, "overlap_s": overlap / 1e9, "covered_s": wall / 1e9,
             "t_first_ns": int(reads[0]["t_ns"]), "t_last_ns": int(reads[-1]["t_ns"]), "available": available}
 
 
