@@ -71,7 +71,7 @@ class Collectors:
         self.native_bin, self.run_dir, self.device = native_bin, run_dir, device
         self.running = []
         self.errors = []
-        self.counters = self.offcpu = None
+        self.counters = self.offcpu = self.threads = None
 
     def _sampler(self, mode, subject, period_ms, name, options=()):
         return Sampler([os.path.join(self.native_bin, "sampler"), mode, str(subject), "--period-ms",
@@ -130,13 +130,11 @@ class Collectors:
         if self.offcpu is not None and self.offcpu.pid is None:
             self.offcpu.follow(pid)
         spec = self.specs.get("threads")
-        # thread sampling follows the step's first (main) process; asked by mode, not by position: the counters
-        # and offcpu readers in self.running have argv of their own shapes
-        if spec is None or any(getattr(s, "argv", [None, None])[1:2] == ["threads"] for s in self.running):
-            return
-        sampler = self._sampler("threads", pid, spec["period_ms"], "threads.txt", threads_options(spec))
-        sampler.start()
-        self.running.append(sampler)
+        if spec is None or self.threads is not None:
+            return  # thread sampling follows the step's first (main) process, like the two above
+        self.threads = self._sampler("threads", pid, spec["period_ms"], "threads.txt", threads_options(spec))
+        self.threads.start()
+        self.running.append(self.threads)
 
     def stop_all(self):
         while self.running:
