@@ -43,9 +43,10 @@ def native_dir_with(counters: Path, native: Path, into: Path) -> Path:
 
 
 def measure(reader: str, seconds: float, period_ms: int, threads: int, native: Path) -> dict:
+    collector_reader = "python" if reader == "python" else "native"  # "old" is a native binary too
     with tempfile.TemporaryDirectory() as run_dir:
-        collectors = Collectors([{"kind": "counters", "period_ms": period_ms,
-                                  "reader": "python" if reader == "python" else "native"}], str(native), run_dir, None)
+        collectors = Collectors([{"kind": "counters", "period_ms": period_ms, "reader": collector_reader}],
+                                str(native), run_dir, None)
         collectors.start_global()
         started = time.monotonic()
         proc = subprocess.Popen([str(native / "workload"), "--seconds", str(seconds), "--sleep", str(threads),
@@ -56,7 +57,7 @@ def measure(reader: str, seconds: float, period_ms: int, threads: int, native: P
         errors = collectors.stop_all()
         text = Path(run_dir, "counters.txt").read_text().splitlines()
     header, stop = header_fields(text[0]), header_fields(text[-1])
-    assert header.get("reader") == ("python" if reader == "python" else "native"), header
+    assert header.get("reader") == collector_reader, header
     cpu_s, reads = float(stop["cpu_s"]), int(stop["reads"])
     return {"reader": reader, "wall": wall, "cpu_s": cpu_s, "reads": reads, "overruns": stop["overruns"],
             "pct": 100 * cpu_s / wall, "taskstats": header.get("taskstats"), "errors": errors}
