@@ -191,15 +191,24 @@ static void out_str(const char *s) { out_mem(s, strlen(s)); }
 
 static void out_char(char c) { out_mem(&c, 1); }
 
-static void out_u64(uint64_t v)
+/* v in decimal at dst (at most 20 digits); returns how many were written */
+static size_t format_u64(char *dst, uint64_t v)
 {
     char tmp[24];
-    int i = (int)sizeof tmp;
+    size_t i = sizeof tmp, n;
     do {
         tmp[--i] = (char)('0' + v % 10);
         v /= 10;
     } while (v);
-    out_mem(tmp + i, sizeof tmp - (size_t)i);
+    n = sizeof tmp - i;
+    memcpy(dst, tmp + i, n);
+    return n;
+}
+
+static void out_u64(uint64_t v)
+{
+    char digits[24];
+    out_mem(digits, format_u64(digits, v));
 }
 
 /* ------------------------------------------------------------------------------------------------ time */
@@ -639,19 +648,6 @@ static int cmp_int(const void *a, const void *b)
 {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);
-}
-
-static size_t format_u64(char *dst, uint64_t v)
-{
-    char tmp[24];
-    size_t i = sizeof tmp, n;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    n = sizeof tmp - i;
-    memcpy(dst, tmp + i, n);
-    return n;
 }
 
 static int task_open(int dfd, int tid, struct task *t)
