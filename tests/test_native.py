@@ -34,8 +34,10 @@ MiB = 1 << 20
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc, /sys, mincore")
 
-STOP_RE = re.compile(r"^# stop t_ns=(\d+) samples=(\d+) overruns=(\d+)$")
-EXIT_RE = re.compile(r"^# exit t_ns=(\d+)$")
+LATE = r" late_us_p50=(\d+) late_us_p90=(\d+) late_us_p99=(\d+) late_us_max=(\d+)"
+STOP_RE = re.compile(r"^# stop t_ns=(\d+) samples=(\d+) overruns=(\d+)" + LATE + "$")
+EXIT_RE = re.compile(r"^# exit t_ns=(\d+)" + LATE + "$")
+SLICE_RE = re.compile(r" slice_us=(\d+)(?= clock=monotonic$)")
 
 
 # ----------------------------------------------------------------------------------------------- fixtures
@@ -363,7 +365,16 @@ def _stop_line(trailer: list[str]) -> tuple[int, int, int]:
     assert len(trailer) == 1, trailer
     m = STOP_RE.match(trailer[0])
     assert m, trailer
+    p50, p90, p99, most = (int(m[k]) for k in (4, 5, 6, 7))
+    assert p50 <= p90 <= p99 <= most, trailer  # the lateness quantiles, never above the largest
     return int(m[1]), int(m[2]), int(m[3])
+
+
+def _without_slice(header: str) -> str:
+    """The header with its ``slice_us=N`` (the scheduler slice the kernel reported: it varies by kernel) taken
+    out, which must be there, just before ``clock=``."""
+    assert SLICE_RE.search(header), header
+    return SLICE_RE.sub("", header)
 
 
 def test_block_on_real_device(native: Path, big_file: Path, disk_dir: Path, tmp_path: Path):
@@ -382,7 +393,7 @@ def test_block_on_real_device(native: Path, big_file: Path, disk_dir: Path, tmp_
     t_end = time.monotonic_ns()
 
     header, recs, trailer = read_output(out)
-    assert header == f"# harness-sampler v2 mode=block dev={dev} period_ms=10 clock=monotonic"
+    assert _without_slice(header) == f"# harness-sampler v2 mode=block dev={dev} period_ms=10 clock=monotonic"
     t_stop, samples, overruns = _stop_line(trailer)
     assert samples == len(recs)
     rows = [r.split(" ") for r in recs]
@@ -421,7 +432,7 @@ def test_block_fake_tree_old_11_field_layout_follows_updates(native: Path, tmp_p
     assert stop(p, signal.SIGINT) == 0
 
     header, recs, trailer = read_output(out)
-    assert header == "# harness-sampler v2 mode=block dev=mmcblk0 period_ms=20 clock=monotonic"
+    assert _without_slice(header) == "# harness-sampler v2 mode=block dev=mmcblk0 period_ms=20 clock=monotonic"
     _, samples, _ = _stop_line(trailer)
     assert samples == len(recs) >= 6
     fields = [r.split(" ", 1)[1] for r in recs]
@@ -446,6 +457,7 @@ def test_sampler_overrun_skips_missed_deadlines(native: Path, tmp_path: Path):
     _, recs, trailer = read_output(out)
     _, samples, overruns = _stop_line(trailer)
     assert overruns >= 1
+    assert int(STOP_RE.match(trailer[0])[7]) >= 300_000  # the sample after the stall began ~390 ms late
     ts = [int(r.split(" ")[0]) for r in recs]
     gaps = [b - a for a, b in pairwise(ts)]
     assert max(gaps) >= 300e6  # the stall is visible ...
@@ -485,6 +497,8 @@ def test_block_missing_device_fails_without_touching_out(native: Path, tmp_path:
         ["block", "vda", "--bogus", "1"],
         ["block", "vda", "extra"],
         ["block", "../vda"],
+        ["threads", "1", "--slice-us", "-1"],
+        ["threads", "1", "--slice-us", "100001"],
     ],
 )
 def test_sampler_usage_errors_exit_2(native: Path, args):
@@ -492,6 +506,35 @@ def test_sampler_usage_errors_exit_2(native: Path, args):
     assert r.returncode == 2, args
     assert "usage" in r.stderr
     assert r.stdout == ""
+
+
+def _kernel_has_custom_slices() -> bool:
+    """Linux 6.12 and later: a fair thread may ask for its own slice (sched_attr.sched_runtime)."""
+    major, minor = (int(part) for part in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
+    return (major, minor) >= (6, 12)
+
+
+@pytest.mark.parametrize(("args", "asked"), [([], 100), (["--slice-us", "250"], 250), (["--slice-us", "0"], 0)])
+def test_sampler_asks_for_a_short_slice_and_reports_what_it_got(native: Path, tmp_path: Path, args, asked):
+    """The sampler asks the scheduler for a short slice (so it gets a CPU when its timer fires, not at the next
+    scheduling event) and the header says what the kernel granted; the stop line gives the samples' lateness."""
+    d = tmp_path / "sys" / "block" / "sda"
+    d.mkdir(parents=True)
+    _write_block_stat(d / "stat", list(range(17)))
+    out = tmp_path / "out.txt"
+    p = start_sampler(native, out, "block", "sda", "--period-ms", "10", "--root", tmp_path, *args)
+    wait_samples(p, 5)
+    assert stop(p) == 0
+    header, recs, trailer = read_output(out)
+    granted = int(SLICE_RE.search(header)[1])
+    if not _kernel_has_custom_slices():
+        assert granted == 0  # the request is accepted and ignored: nothing to report
+    elif asked:
+        assert granted == asked
+    else:
+        assert granted not in (0, 100)  # the kernel's own default (1400 us here), left alone
+    _, samples, _ = _stop_line(trailer)
+    assert samples == len(recs) >= 5
 
 
 def test_sampler_writes_to_stdout_by_default(native: Path, tmp_path: Path):
@@ -504,7 +547,7 @@ def test_sampler_writes_to_stdout_by_default(native: Path, tmp_path: Path):
         text=True,
     )
     header = p.stdout.readline()  # the header is flushed at once
-    assert header == "# harness-sampler v2 mode=block dev=sda period_ms=10 clock=monotonic\n"
+    assert _without_slice(header.rstrip("\n")) == "# harness-sampler v2 mode=block dev=sda period_ms=10 clock=monotonic"
     wait_samples(p, 5)
     p.send_signal(signal.SIGTERM)
     rest, _ = p.communicate(timeout=10)
@@ -607,7 +650,7 @@ def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
     header, recs, trailer = read_output(out)
     tck = os.sysconf("SC_CLK_TCK")
     assert (
-        header
+        _without_slice(header)
         == f"# harness-sampler v2 mode=threads pid={child.pid} period_ms=5 clock_ticks_per_s={tck} stat_every=1 "
         f"wchan=1 arch={_arch()} gate=schedstat clock=monotonic"
     )
@@ -760,7 +803,7 @@ def test_threads_fake_tree_parsing_churn_and_zombie_exit(native: Path, tmp_path:
     p.stderr.close()
 
     header, recs, trailer = read_output(out)
-    assert header == (
+    assert _without_slice(header) == (
         f"# harness-sampler v2 mode=threads pid=4242 period_ms=10 clock_ticks_per_s={os.sysconf('SC_CLK_TCK')} "
         f"stat_every=10 wchan=1 arch={_arch()} gate=schedstat "
         "clock=monotonic"
@@ -819,7 +862,7 @@ def test_threads_parked_thread_is_reread_only_after_its_schedstat_moves(native: 
     assert stop(p) == 0
 
     header, recs, _ = read_output(out)
-    assert header.endswith(f" gate={'schedstat' if gate else 'none'} clock=monotonic")
+    assert _without_slice(header).endswith(f" gate={'schedstat' if gate else 'none'} clock=monotonic")
     rows = parse_threads(recs)
     assert all(r["tid"] == 4242 for r in rows)
     before = [r["nr"] for r in rows if r["t"] < changed_syscall]

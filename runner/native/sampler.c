@@ -2,22 +2,24 @@
  * sampler — fixed-period, low-overhead sampler of block-device stats or of one process's thread states
  * (harness runner, docs/methodology.md section 5). One mode per process.
  *
- *   sampler block DEV   [--period-ms 10] [--out FILE] [--root DIR]
- *   sampler threads PID [--period-ms 5]  [--stat-ms 100] [--wchan] [--no-gate] [--out FILE] [--root DIR]
+ *   sampler block DEV   [--period-ms 10] [--slice-us 100] [--out FILE] [--root DIR]
+ *   sampler threads PID [--period-ms 5]  [--stat-ms 100] [--wchan] [--no-gate] [--slice-us 100] [--out FILE]
+ *                       [--root DIR]
  *
  * --root prefixes the /sys and /proc paths (tests use fake trees). Output (stdout by default) is text, written
  * through one big buffer that is flushed when full and on exit (the header line is flushed at once):
  *
- *   # harness-sampler v2 mode=block dev=vda period_ms=10 clock=monotonic
+ *   # harness-sampler v2 mode=block dev=vda period_ms=10 slice_us=100 clock=monotonic
  *   <t_ns> <the fields of /sys/block/DEV/stat, single-space separated, exactly as the kernel printed them>
  *
  *   # harness-sampler v2 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
- *     gate=schedstat clock=monotonic                                  (one line; gate=none with --no-gate)
+ *     gate=schedstat slice_us=100 clock=monotonic                     (one line; gate=none with --no-gate)
  *   <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
  *       (one line per thread per sample, same t_ns for all threads of a sample, tids ascending)
- *   # exit t_ns=<t>                                   threads mode: the process has gone (or is a zombie); exit 0
- *
- *   # stop t_ns=<t> samples=<n> overruns=<n>          on SIGTERM/SIGINT (the current sample is finished); exit 0
+ *   # exit t_ns=<t> late_us_p50=<n> late_us_p90=<n> late_us_p99=<n> late_us_max=<n>
+ *                                                     threads mode: the process has gone (or is a zombie); exit 0
+ *   # stop t_ns=<t> samples=<n> overruns=<n> late_us_p50=<n> late_us_p90=<n> late_us_p99=<n> late_us_max=<n>
+ *                                                     on SIGTERM/SIGINT (the current sample is finished); exit 0
  *
  * Threads mode, what is read (v2): every sample, every thread's /proc/PID/task/TID/syscall, one read that says
  * whether the thread is running (or runnable) and, when it is not, in which syscall it waits; every stat_every-th
@@ -54,6 +56,25 @@
  *            sample).
  *   syscall  the syscall number (-1: not in a syscall), empty for a running thread
  * v1 (older raw data, read by harness/parsers/sampler.py too) had the first eight fields, stat + wchan every sample.
+ *
+ * Scheduling (Linux): a sample is only as good as its instant, and the sampler is itself a thread the scheduler
+ * must put on a CPU when its timer fires. At the default slice, while every CPU is busy, EEVDF lets the running
+ * thread finish its slice, so the sampler got a CPU at the next scheduling event -- 1 ms late at p90 beside a
+ * 2-CPU workload -- and the commonest event is a thread blocking: samples landed just after I/O and futex waits
+ * began, and those classes came out 7-19 points above the threads' own clocks and bpftrace's time in D
+ * (tests/test_sampler_classes.py). So the sampler asks for a short slice (sched_setattr's sched_runtime,
+ * --slice-us, default 100: the kernel's minimum), which lets it preempt at its wake-up (EEVDF's PREEMPT_SHORT,
+ * Linux 6.12) at the policy and nice it was started with: late by ~120 us at p90 there, classes within 7 points
+ * (a preemption is itself a scheduling event: a thread waiting for a CPU tends to get it just after a sample, so
+ * that wait is seen a little more often). SCHED_FIFO was tried and is worse: fault_io 20-30 points low in some runs
+ * even on an idle machine. A thread that runs at a higher priority than the sampler (a step reniced, llama.cpp's
+ * --prio) still delays it: p90 2.2 ms and fault_io 20 points high with the workload at nice -15 and the sampler at
+ * 0. The header's slice_us is the slice the kernel reports back (sched_getattr): its default (1400 here) with
+ * --slice-us 0, 0 where fair threads have no slice to report (before 6.12: the request is accepted and ignored).
+ * The timer slack is set to 1 ns (prctl PR_SET_TIMERSLACK): the default 50 us let an idle machine wake the sampler
+ * up to 50 us late on purpose, to batch timers. Every sample's lateness (its start minus its deadline) goes into a histogram of
+ * 10 us bins; the exit and stop lines give its p50/p90/p99 (bin upper edges) and the largest, so a reader can tell
+ * samples taken on time from samples taken at the scheduler's convenience.
  *
  * t_ns is CLOCK_MONOTONIC in nanoseconds, taken at the start of the sample. Samples follow an absolute schedule
  * (t0 + k*period, clock_nanosleep TIMER_ABSTIME); when a sample ends past the next deadline the missed deadlines are
@@ -102,6 +123,8 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #ifdef __linux__
+#include <sched.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #endif
 #include <time.h>
@@ -136,6 +159,7 @@ static volatile sig_atomic_t g_stop;
 static long g_stat_every = 1; /* read stat for every thread every this many samples (always at a rescan) (Linux) */
 static int g_read_wchan;       /* --wchan: read wchan for every thread not running, as v1 did (Linux) */
 static int g_gate = 1;         /* gate syscall reads of parked threads by their schedstat (--no-gate: off) (Linux) */
+static long g_slice_us = 100;  /* the scheduler slice asked for (--slice-us; 0: the kernel's default) (Linux) */
 
 static void on_signal(int sig)
 {
@@ -1198,14 +1222,97 @@ static int open_source(enum mode mode, const char *target, long pid, const char 
 }
 #endif /* __APPLE__ */
 
+/* ------------------------------------------------------------------------------------------------ lateness */
+
+#define LATE_BIN_US 10
+#define LATE_BINS 2000 /* 10 us bins up to 20 ms; later samples count in the last */
+static uint32_t g_late[LATE_BINS];
+static uint64_t g_late_n, g_late_max_ns;
+
+static void late_add(uint64_t late_ns)
+{
+    uint64_t bin = late_ns / (LATE_BIN_US * 1000u);
+    g_late[bin < LATE_BINS ? bin : LATE_BINS - 1]++;
+    g_late_n++;
+    if (late_ns > g_late_max_ns)
+        g_late_max_ns = late_ns;
+}
+
+/* the upper edge (us, at most the largest seen) of the bin holding the q-th quantile (per mille) of the lateness; 0 with no samples */
+static uint64_t late_quantile_us(unsigned per_mille)
+{
+    uint64_t need = (g_late_n * per_mille + 999) / 1000, seen = 0;
+    size_t i;
+    for (i = 0; i < LATE_BINS && g_late_n; i++) {
+        seen += g_late[i];
+        if (seen >= need && seen > 0) { /* no edge above the largest seen */
+            uint64_t edge = (uint64_t)(i + 1) * LATE_BIN_US, max_us = g_late_max_ns / 1000u;
+            return edge < max_us ? edge : max_us;
+        }
+    }
+    return 0;
+}
+
+static void out_lateness(void)
+{
+    out_str(" late_us_p50=");
+    out_u64(late_quantile_us(500));
+    out_str(" late_us_p90=");
+    out_u64(late_quantile_us(900));
+    out_str(" late_us_p99=");
+    out_u64(late_quantile_us(990));
+    out_str(" late_us_max=");
+    out_u64(g_late_max_ns / 1000u);
+}
+
+/* ------------------------------------------------------------------------------------------------ scheduling */
+
+#ifdef __linux__
+/* struct sched_attr of sched_setattr(2) (glibc 2.36 has no wrapper for it) */
+struct slice_attr {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+};
+
+/* Ask for a slice of slice_us at the current policy and nice; the slice the kernel reports back, in us (0: the
+ * kernel's default, or a kernel without custom slices, which accepts sched_runtime for SCHED_OTHER and ignores it) */
+static uint64_t use_short_slice(long slice_us)
+{
+    struct slice_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* wake at the deadline, not up to 50 us after it */
+    if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0)
+        return 0;
+    if (attr.policy != SCHED_OTHER && attr.policy != SCHED_BATCH)
+        return 0; /* started at another policy (an RT caller): leave it */
+    if (slice_us > 0) {
+        attr.size = sizeof attr;
+        attr.flags = 0;
+        attr.runtime = (uint64_t)slice_us * 1000u;
+        if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0)
+            return 0;
+    }
+    memset(&attr, 0, sizeof attr);
+    if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0)
+        return 0;
+    return attr.runtime / 1000u;
+}
+#endif
+
 /* ------------------------------------------------------------------------------------------------ main */
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: sampler block DEV   [--period-ms N] [--out FILE] [--root DIR]   (default period 10 ms)\n"
-               "       sampler threads PID [--period-ms N] [--stat-ms N] [--wchan] [--no-gate] [--out FILE]\n"
-               "                           [--root DIR]\n"
-               "                           (default period 5 ms, stat of every thread every 100 ms)\n");
+    fprintf(f, "usage: sampler block DEV   [--period-ms N] [--slice-us N] [--out FILE] [--root DIR]\n"
+               "                           (default period 10 ms)\n"
+               "       sampler threads PID [--period-ms N] [--stat-ms N] [--wchan] [--no-gate] [--slice-us N]\n"
+               "                           [--out FILE] [--root DIR]\n"
+               "                           (default period 5 ms, stat of every thread every 100 ms)\n"
+               "       --slice-us: the scheduler slice to ask for (default 100; 0: the kernel's default)\n");
 }
 
 static int usage_error(const char *msg, const char *arg)
@@ -1286,6 +1393,9 @@ int main(int argc, char **argv)
         } else if (!strncmp(a, "--stat-ms", nl) && nl == 9) {
             if (parse_long(val, 0, MAX_PERIOD_MS, &stat_ms))
                 return usage_error("bad --stat-ms (0..3600000)", val);
+        } else if (!strncmp(a, "--slice-us", nl) && nl == 10) {
+            if (parse_long(val, 0, 100000, &g_slice_us))
+                return usage_error("bad --slice-us (0..100000)", val);
         } else if (!strncmp(a, "--out", nl) && nl == 5) {
             out_path = val;
         } else if (!strncmp(a, "--root", nl) && nl == 6) {
@@ -1356,6 +1466,10 @@ int main(int argc, char **argv)
         out_str(g_gate ? " gate=schedstat" : " gate=none");
 #endif
     }
+#ifdef __linux__
+    out_str(" slice_us=");
+    out_u64(use_short_slice(g_slice_us));
+#endif
     out_str(" clock=monotonic\n");
     out_flush(); /* the header goes out at once: the caller can see that sampling has started */
 
@@ -1370,10 +1484,12 @@ int main(int argc, char **argv)
             out_u64(samples);
             out_str(" overruns=");
             out_u64(overruns);
+            out_lateness();
             out_char('\n');
             break;
         }
         t = now_ns();
+        late_add(t > next ? t - next : 0);
         rc = sample(ctx, t);
         if (rc == SAMPLE_ERROR) {
             rc = 1;
@@ -1384,6 +1500,7 @@ int main(int argc, char **argv)
             rc = 0;
             out_str("# exit t_ns=");
             out_u64(now_ns());
+            out_lateness();
             out_char('\n');
             break;
         }

@@ -99,15 +99,26 @@ static int64_t run_delay(struct worker *w) {
     return sscanf(text, "%lld %lld", &on_cpu, &waited) == 2 ? waited : 0;
 }
 
+/* The three clocks at one instant. The runqueue wait is added to schedstat when the thread gets its CPU back, so a
+ * preemption between the reads would land in one clock and not the other (a barrier's last thread, preempted by the
+ * threads it just woke, had come out asleep for less than no time): read again until schedstat did not move. */
 static struct mark mark(struct worker *w) {
-    struct mark m = {mono(), cpu(), run_delay(w)};
+    struct mark m;
+    int64_t before;
+    do {
+        before = run_delay(w);
+        m.wall = mono();
+        m.cpu = cpu();
+        m.run_delay = run_delay(w);
+    } while (m.run_delay != before);
     return m;
 }
 
 /* a blocking call since m is over: its wall minus CPU (returned: the blocked_* fields), and its asleep part */
 static int64_t blocked_since(struct worker *w, struct mark m) {
-    int64_t blocked = (mono() - m.wall) - (cpu() - m.cpu);
-    w->asleep_ns += blocked - (run_delay(w) - m.run_delay);
+    struct mark now = mark(w);
+    int64_t blocked = (now.wall - m.wall) - (now.cpu - m.cpu);
+    w->asleep_ns += blocked - (now.run_delay - m.run_delay);
     return blocked;
 }
 
