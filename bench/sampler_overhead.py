@@ -183,8 +183,10 @@ class Sampler:
             self.p.send_signal(signal.SIGTERM)
         self.p.wait(timeout=30)
         text = self.out.read_text()
-        m = re.search(r"^# stop t_ns=\d+ samples=(\d+) overruns=(\d+)$", text, re.M)
-        return {"samples": int(m[1]), "overruns": int(m[2])} if m else {}
+        # the stop line's fields; older samplers end at overruns=, newer ones add the lateness quantiles
+        m = re.search(r"^# stop t_ns=\d+ (.*)$", text, re.M)
+        fields = dict(word.split("=", 1) for word in m[1].split() if "=" in word) if m else {}
+        return {key: int(value) for key, value in fields.items()}
 
 
 def machine_description(dev: str) -> str:
@@ -331,12 +333,13 @@ def throughput_rounds(a, reader: Path, old: Path | None, work: Path) -> dict[str
 def print_cpu(title: str, cpu: dict, period_ms: int) -> None:
     print(f"\n{title}\n")
     print("| mode | CPU % of one core (schedstat) | (utime+stime) | samples / overruns | µs per thread per sample | "
-          "load average (1 min) |")
-    print("|---|---|---|---|---|---|")
+          "late p50 / p90 µs | load average (1 min) |")
+    print("|---|---|---|---|---|---|---|")
     for mode, r in cpu.items():
         label = f"{mode} ({period_ms} ms, {r['threads']} threads)" if mode != "block" else "block (10 ms)"
         print(f"| {label} | {r['sched_pct']:.2f} | {r['ticks_pct']:.2f} | {r.get('samples')} / {r.get('overruns')} | "
-              f"{r['us_per_thread_sample']:.2f} | {r['load']} |")
+              f"{r['us_per_thread_sample']:.2f} | {r.get('late_us_p50', '-')} / {r.get('late_us_p90', '-')} | "
+              f"{r['load']} |")
 
 
 def print_throughput(mbps: dict[str, list[float]]) -> None:

@@ -85,7 +85,7 @@ def sample_for(args: list[str], out: Path, seconds: float, during=None) -> tuple
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=30)
     text = out.read_text()
-    m = re.search(r"^# stop t_ns=\d+ samples=(\d+) overruns=(\d+)$", text, re.M)
+    m = re.search(r"^# stop t_ns=\d+ samples=(\d+) overruns=(\d+)(?: .*)?$", text, re.M)
     if not m:
         sys.exit(f"no stop line in {out}")
     times = sorted({int(line.split(None, 1)[0]) for line in text.splitlines()[1:] if not line.startswith("#")})

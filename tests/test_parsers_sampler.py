@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.collectors import COLLECTORS
 from harness.parsers import ParseError, parse
 from harness.parsers.blockstat import delta, derive_intervals, parse_blockstat
-from harness.parsers.sampler import any_d_pct, parse_sampler_threads, thread_state_fractions
+from harness.parsers.sampler import any_d_pct, parse_sampler_threads, sampler_lateness, thread_state_fractions
 
 DATA = Path(__file__).resolve().parent / "data" / "sampler"
 
@@ -203,3 +204,36 @@ def test_intervals_need_timestamps_in_order():
     text = head + "20 " + "1 " * 11 + "\n10 " + "1 " * 11 + "\n"
     with pytest.raises(ValueError, match="not in time order"):
         derive_intervals(parse_blockstat(text.encode()))
+
+
+# ------------------------------------------------------------------------------------------- lateness (trailer)
+
+V2_HEAD = ("# harness-sampler v2 mode=threads pid=7 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 "
+           "arch=x86_64 gate=schedstat slice_us=100 clock=monotonic\n")
+ON_TIME = "# stop t_ns=9 samples=3 overruns=0 late_us_p50=30 late_us_p90=60 late_us_p99=90 late_us_max=95\n"
+LATE = "# exit t_ns=9 late_us_p50=400 late_us_p90=2200 late_us_p99=3000 late_us_max=3149\n"
+
+
+@pytest.mark.parametrize(("tail", "expected"), [
+    (V2_HEAD + "5\t7\t-\t\t\t\tmain\t\tidle\t232\n" + ON_TIME,
+     {"late_us_p50": 30, "late_us_p90": 60, "late_us_p99": 90, "late_us_max": 95}),
+    ("...\t232\n" + LATE, {"late_us_p50": 400, "late_us_p90": 2200, "late_us_p99": 3000, "late_us_max": 3149}),
+    (V2_HEAD + "# stop t_ns=9 samples=3 overruns=0\n", {}),  # a sampler from before the lateness fields
+    (V2_HEAD + "5\t7\t-\t\t\t\tmain\t\tidle\t232\n", {}),  # killed: no trailer
+])
+def test_lateness_comes_from_the_last_trailer_line(tail: str, expected: dict):
+    assert sampler_lateness(tail.encode()) == expected
+
+
+@pytest.mark.parametrize(("trailer", "warned"), [(ON_TIME, False), (LATE, True)])
+def test_ingest_warns_once_when_samples_were_late(tmp_path: Path, caplog, trailer: str, warned: bool):
+    """p90 past a fifth of the period (1 ms at 5 ms): one warning naming the capture; the table is read the same."""
+    # 300 records: more than the 4 KiB tail the trailer is looked for in
+    (tmp_path / "threads.txt").write_text(V2_HEAD + "5\t7\tS\t1\t2\t3\tmain\t\tidle\t232\n" * 300 + trailer)
+    with caplog.at_level("WARNING"):
+        tables = COLLECTORS["threads"].ingest(tmp_path, {})
+    assert tables["threads"].num_rows == 300
+    messages = [r.getMessage() for r in caplog.records if "late" in r.getMessage()]
+    assert len(messages) == (1 if warned else 0), messages
+    if warned:
+        assert str(tmp_path / "threads.txt") in messages[0] and "p90 2200 us" in messages[0]

@@ -6,8 +6,9 @@ it was asleep in its blocking calls, minus the runqueue wait its own schedstat s
 sees off CPU, whatever the machine's load). The sampled share of the thread's class must be within 10 percentage
 points of that truth (the two CPUs here are oversubscribed by the busy and barrier threads: before the sampler asked
 for a short slice it was woken at the next scheduling event, just after some thread blocked, and I/O and futex
-classes came out 3-19 points high; now within 6); every class is seen where present and not where absent. The classification of syscalls
-the machine cannot produce here (an ioctl on a GPU device) is checked on a fake /proc tree (``--root``).
+classes came out 3-19 points high; now within 6); every class is seen where present and not where absent. The
+classification of syscalls the machine cannot produce here (an ioctl on a GPU device) is checked on a fake /proc tree
+(``--root``).
 
 Quick: the parser and the column-wise ingest on hand-written v2 lines, and v1 lines still read (classes None).
 """

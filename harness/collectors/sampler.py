@@ -4,6 +4,7 @@ column-wise into Arrow tables (:mod:`harness.collectors.sampler_tables`), which 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -11,9 +12,34 @@ from pydantic import Field
 
 from harness.collectors.base import CollectorKind, register_collector
 from harness.config.validate import StrictModel
+from harness.parsers._common import header_fields
+from harness.parsers.sampler import sampler_lateness
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+log = logging.getLogger(__name__)
+TAIL_BYTES = 4096  # the exit or stop line is among a capture's last lines
+LATE_SHARE = 0.2  # p90 lateness beyond this share of the period: the samples are not at their instants
+
+
+def warn_if_late(raw: Path) -> dict[str, int]:
+    """The capture's lateness (parsers.sampler.sampler_lateness); one warning line naming the run when the samples'
+    p90 came later than a fifth of the period. Why: a sampler that waits for a CPU gets one at the next scheduling
+    event, most often a thread going to sleep, so late samples over-count the waits that just began (the sampler
+    asks for a short slice, which does not help against a step that runs at a higher priority)."""
+    with raw.open("rb") as capture:
+        period = header_fields(capture.readline().decode(errors="replace")).get("period_ms", "")
+        capture.seek(max(0, raw.stat().st_size - TAIL_BYTES))
+        late = sampler_lateness(capture.read())
+    if not period.isdigit():
+        return late  # no readable header: the table reader says what is wrong with it
+    period_ms = int(period)
+    if late and late["late_us_p90"] > LATE_SHARE * period_ms * 1000:
+        log.warning("%s: samples were late (p90 %d us, max %d us of a %d ms period): the sampler waited for a CPU, "
+                    "so its classes over-count waits that had just begun; run it at the step's priority or higher",
+                    raw, late["late_us_p90"], late["late_us_max"], period_ms)
+    return late
 
 
 class PeriodConfig(StrictModel):
@@ -48,6 +74,7 @@ class Blockstat(CollectorKind):
         raw = run_dir / self.raw_file
         if not raw.exists():
             return {}
+        warn_if_late(raw)
         with raw.open("rb") as capture:  # read column-wise, a block at a time (an hour is 360 000 lines)
             # Rates over the interval ending at each sample (throughput, I/O size, queue depth); the
             # raw counters stay beside them so any other derivation remains possible.
@@ -66,5 +93,6 @@ class Threads(CollectorKind):
         raw = run_dir / self.raw_file
         if not raw.exists():
             return {}
+        warn_if_late(raw)
         with raw.open("rb") as capture:  # an hour of 5 ms samples of 16 threads: 11.5 M lines, never held whole
             return {self.table: sampler_threads_table(capture)}

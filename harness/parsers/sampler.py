@@ -5,8 +5,8 @@
     # harness-sampler v2 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
       clock=monotonic                                                              (one line)
     <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
-    # exit t_ns=...
-    # stop t_ns=... samples=... overruns=...
+    # exit t_ns=... [late_us_p50=... late_us_p90=... late_us_p99=... late_us_max=...]
+    # stop t_ns=... samples=... overruns=... [late_us_p50=... late_us_p90=... late_us_p99=... late_us_max=...]
 
 v2 reads ``/proc/.../syscall`` of every thread every sample and ``stat`` every ``stat_every`` samples (runner/native/
 sampler.c says why). So in v2: ``state`` is ``R`` (running or runnable), the stat letter where stat was read, or
@@ -147,6 +147,22 @@ def thread_records(data: bytes | BinaryIO) -> Iterator[dict[str, Any]]:
 def parse_sampler_threads(data: bytes) -> list[dict[str, Any]]:
     """One row per (sample instant, thread)."""
     return list(thread_records(data))
+
+
+LATE_KEYS = ("late_us_p50", "late_us_p90", "late_us_p99", "late_us_max")
+
+
+def sampler_lateness(tail: bytes) -> dict[str, int]:
+    """How late the samples were taken (their start minus their deadline, in microseconds: p50, p90, p99, max),
+    from the last ``# exit`` or ``# stop`` line in ``tail`` (the end of a capture, block or threads mode); {} where
+    there is none, or it predates the lateness fields."""
+    for raw in reversed(tail.decode(errors="replace").splitlines()):
+        if raw.startswith(("# stop ", "# exit ")):
+            fields = header_fields(raw)
+            if all(fields.get(key, "").isdigit() for key in LATE_KEYS):
+                return {key: int(fields[key]) for key in LATE_KEYS}
+            return {}
+    return {}
 
 
 def _in_io_wait(row: dict[str, Any]) -> bool:

@@ -1293,8 +1293,7 @@ static uint64_t use_short_slice(long slice_us)
         attr.size = sizeof attr;
         attr.flags = 0;
         attr.runtime = (uint64_t)slice_us * 1000u;
-        if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0)
-            return 0;
+        syscall(SYS_sched_setattr, 0, &attr, 0); /* refused: the read-back says what it runs with instead */
     }
     memset(&attr, 0, sizeof attr);
     if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0)
