@@ -49,6 +49,10 @@ def test_a_run_past_its_time_limit_is_stopped_and_failed(tmp_path: Path) -> None
     assert [r["status"] for r in runs] == ["failed", "failed"]
     for run in runs:
         assert run["error"].startswith("the run did not finish within 3 s (run_timeout_s) and was stopped")
+    # the runs table carries the campaign's verdict, not the stopped runner's own (it recorded itself interrupted)
+    table = rs.table("runs")
+    assert list(table["status"]) == ["failed", "failed"]
+    assert all(error.startswith("the run did not finish within 3 s") for error in table["error"])
     # well before fio's 30 s: the runner and its fio were stopped, not waited for
     assert not _fio_processes(scratch)
     raw = [p for p in (path / "raw" / "local").iterdir()]

@@ -47,8 +47,11 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
     row["retry_of"] = planned.get("retry_of")
     if record is None:
         return row
-    row["status"] = record.get("status", row["status"])
-    row["error"] = record.get("error")
+    # The manifest holds the campaign's verdict, which can overrule the runner's own (the watchdog failing a run
+    # the runner then recorded as interrupted, a refused run.json): the table says what the manifest says.
+    final = planned.get("status") not in (None, "planned", "running")
+    row["status"] = planned["status"] if final else record.get("status", row["status"])
+    row["error"] = planned.get("error") if final else record.get("error")
     started, ended = record.get("step_started"), record.get("step_ended")
     row["started_wall"] = (record.get("started") or {}).get("wall")
     if started and ended:
