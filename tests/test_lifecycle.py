@@ -5,6 +5,11 @@ along their transitions. A LocalTransport and a run directory made by hand stand
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +122,56 @@ def test_states_move_only_along_their_transitions(
     assert lifecycle.state is RunState.PLANNED
     with pytest.raises(RuntimeError, match="no transition planned -> pulled"):
         lifecycle.pull()
+
+
+def _detached_sleep() -> int:
+    """A process that is not our child (as a runner started detached is not the controller's): it is reaped when
+    it dies, so a stop is seen at once rather than after a zombie's grace period."""
+    out = subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+    return int(out.stdout.strip())
+
+
+def _gone_at(pid: int) -> float:
+    """The monotonic time at which the process is gone (polled every 10 ms)."""
+    while Path(f"/proc/{pid}").exists():
+        time.sleep(0.01)
+    return time.monotonic()
+
+
+@pytest.mark.parametrize("started_ago_s", [None, 3.0])
+def test_an_adopted_run_still_running_past_its_limit_is_stopped_and_failed(
+        tmp_path: Path, started_ago_s: float | None) -> None:
+    """--resume adopts a runner a dead controller left running: the watchdog still holds, with the limit of the spec
+    on the target, counted from when the runner was started (from the adoption for a manifest without it)."""
+    (tmp_path / "unit.yaml").write_text(EXPERIMENT + "run_timeout_s: 4\n")
+    target = Target(name="local", workdir=str(tmp_path / "work"))
+    ctx = CampaignContext(build_plan(load_experiment(tmp_path / "unit.yaml")), [target], Said())
+    session = TargetSession(target, LocalTransport(target), PLATFORMS["linux"], str(REPO), str(tmp_path / "bin"))
+    writer = new_writer(ctx, tmp_path / "results")
+    run = ctx.plan.runs[0]
+    hung = _detached_sleep()  # stands in for a runner that never writes DONE
+    try:
+        started = None if started_ago_s is None else round(time.time() - started_ago_s, 3)
+        writer.update_run(run.run_id, target="local", status="running", runner_pid=hung, runner_started=started)
+        lifecycle = RunLifecycle.adopt(ctx, session, writer, run)
+        remote = Path(lifecycle.remote_dir)
+        remote.mkdir(parents=True)
+        (remote / "spec.json").write_text(json.dumps(build_spec(ctx, session, run, {"data": "/x"}, str(remote))))
+        began, stopped_at = time.monotonic(), []
+        watcher = threading.Thread(target=lambda: stopped_at.append(_gone_at(hung)), daemon=True)
+        watcher.start()
+        assert lifecycle.finish_adopted()
+        watcher.join(timeout=10)
+        assert stopped_at, "the watchdog left the runner running"
+        waited = stopped_at[0] - began
+    finally:
+        if Path(f"/proc/{hung}").exists():
+            os.kill(hung, signal.SIGKILL)
+    assert lifecycle.state is RunState.RECORDED
+    entry = _entry(writer, run.run_id)
+    assert entry["status"] == "failed"
+    assert str(entry["error"]).startswith("the run did not finish within 4 s (run_timeout_s) and was stopped")
+    if started_ago_s is None:
+        assert waited >= 3.9  # the whole limit, from the adoption
+    else:
+        assert waited < 2.5  # 1 s was left of the 4: not the whole limit again

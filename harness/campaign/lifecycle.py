@@ -7,7 +7,9 @@ Every way a run can go is a transition: the watchdog (no DONE within the run's l
 while the runner runs (interrupted: it is stopped, then pulled), a runner gone without DONE (died), a pull that
 keeps failing (not-pulled: the run directory stays on the target). A runner that died or was stopped could not
 clean up after itself, so leaving died, timed-out and interrupted undoes what it left (``undo_dead_runner``).
-A run a dead controller left running is adopted by --resume in the started state (``RunLifecycle.adopt``).
+A run a dead controller left running is adopted by --resume in the started state (``RunLifecycle.adopt``); its
+watchdog limit is worked out again from the spec it runs (on the target) and counted from when it was started (the
+manifest's ``runner_started``, the controller's wall clock; from the adoption where an older manifest has none).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class RunLifecycle:
         self.pid: int | None = None
         self.spec: dict[str, Any] = {}
         self.failure: str | None = None  # the controller's own verdict (the watchdog's); overrides the runner's
+        self.started_wall: float | None = None  # when the runner was started (time.time()), as the manifest says
         self.perturbed = False  # recorded ok but beyond the experiment's validity: limits
 
     @classmethod
@@ -86,15 +89,35 @@ class RunLifecycle:
         entry = next((r for r in writer.manifest["runs"] if r["run_id"] == run.run_id
                       and r.get("target") == lifecycle.target), {})
         lifecycle.pid = int(entry["runner_pid"]) if entry.get("runner_pid") else None
+        lifecycle.started_wall = entry.get("runner_started")
         lifecycle.state = RunState.STARTED
         return lifecycle
 
+    def _adopted_limit_s(self) -> tuple[float, float]:
+        """(what is left of an adopted run's watchdog limit, the limit): the limit of the spec it runs, less the time
+        since it was started. Without a readable spec, the experiment's run_timeout_s or the default step limit."""
+        try:
+            self.spec = json.loads(self.session.transport.read_file(f"{self.remote_dir}/spec.json"))
+        except (OSError, TargetError, ValueError):
+            self.spec = {"step": {}}
+        limit_s = left_s = run_limit_s(self.ctx, self.spec)
+        if isinstance(self.started_wall, (int, float)):
+            left_s -= max(0.0, time.time() - self.started_wall)
+        return max(0.0, left_s), limit_s
+
     def finish_adopted(self) -> bool:
-        """Wait for an adopted runner still running (no watchdog: its limit is not known here) and pull the run
-        when it wrote DONE. False when it is gone without DONE: the run is measured again."""
+        """Wait for an adopted runner still running, under the watchdog, and pull the run when it wrote DONE (or
+        when the watchdog stopped it: failed, with the reason). False when it is gone without DONE: the run is
+        measured again."""
         transport = self.session.transport
         if self.pid is not None and transport.alive(self.pid):
-            self.wait()
+            left_s, limit_s = self._adopted_limit_s()
+            try:
+                self.wait(left_s)
+            except _RunOverdue:
+                self.ctx.progress.run_started(self.target, self.run)
+                self._overdue(limit_s)
+                return True
         if self.state is RunState.STARTED:
             self._to(RunState.DONE if transport.exists(f"{self.remote_dir}/DONE") else RunState.DIED)
         if self.state is not RunState.DONE:
@@ -134,18 +157,21 @@ class RunLifecycle:
                 self.pull()
             raise
         except _RunOverdue:
-            # a runner hung outside its step (a collector, a cache prefetch, a wedged service): stop it, keep
-            # what it wrote, fail the run and go on with the next one
-            self._to(RunState.TIMED_OUT)
-            self.ctx.progress.message(f"{self.target} {self.run.run_id}: no DONE after {limit_s:.0f} s: "
-                                      "stopping the runner")
-            self._stop_runner(why="watchdog")
-            self.undo_dead_runner()
-            self.failure = f"the run did not finish within {limit_s:.0f} s (run_timeout_s) and was stopped"
-            self.pull()
+            self._overdue(limit_s)
             return
         if self.state is RunState.DIED:
             self.undo_dead_runner()
+        self.pull()
+
+    def _overdue(self, limit_s: float) -> None:
+        """A runner hung outside its step (a collector, a cache prefetch, a wedged service): stop it, keep what it
+        wrote, fail the run; the campaign goes on with the next one."""
+        self._to(RunState.TIMED_OUT)
+        self.ctx.progress.message(f"{self.target} {self.run.run_id}: no DONE after {limit_s:.0f} s: "
+                                  "stopping the runner")
+        self._stop_runner(why="watchdog")
+        self.undo_dead_runner()
+        self.failure = f"the run did not finish within {limit_s:.0f} s (run_timeout_s) and was stopped"
         self.pull()
 
     def _write_spec(self) -> None:
@@ -167,7 +193,9 @@ class RunLifecycle:
                 [self.session.python, "-m", "runner", "run", f"{self.remote_dir}/spec.json"],
                 cwd=self.session.runner_root, log=f"{self.remote_dir}/runner.log")
             self._to(RunState.STARTED)
-            self.writer.update_run(self.run.run_id, target=self.target, status="running", runner_pid=self.pid)
+            self.started_wall = time.time()
+            self.writer.update_run(self.run.run_id, target=self.target, status="running", runner_pid=self.pid,
+                                   runner_started=round(self.started_wall, 3))
 
     # ------------------------------------------------------------------ started -> done | died | timed-out
     def wait(self, limit_s: float = float("inf")) -> None:
