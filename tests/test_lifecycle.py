@@ -21,11 +21,13 @@ from harness.campaign.context import CampaignContext, QuietProgress
 from harness.campaign.lifecycle import RunLifecycle, RunState
 from harness.campaign.orchestrator import new_writer
 from harness.campaign.plan import build_plan
+from harness.campaign.pull import verify_checksums
 from harness.campaign.spec import build_spec
 from harness.config.experiment import load_experiment
 from harness.config.target import Target
 from harness.results.store import ResultSetWriter
 from runner.contract import CONTRACT_VERSION
+from runner.util import write_checksums
 from tests.helpers import REPO
 
 EXPERIMENT = """\
@@ -56,10 +58,12 @@ def setup(tmp_path: Path) -> tuple[CampaignContext, TargetSession, ResultSetWrit
 
 
 def _finished_run(lifecycle: RunLifecycle, record: dict[str, object]) -> Path:
-    """The run directory a runner leaves: run.json and DONE (no SHA256SUMS: nothing to verify)."""
+    """The run directory a runner leaves: run.json, SHA256SUMS over it (as runner/util.py writes them) and DONE."""
     remote = Path(lifecycle.remote_dir)
     remote.mkdir(parents=True)
     (remote / "run.json").write_text(json.dumps({"run_id": lifecycle.run.run_id, "error": None, **record}))
+    (remote / "runner.log").write_text("ran\n")
+    write_checksums(str(remote))
     (remote / "DONE").write_text(f"{record.get('status')}\n")
     return remote
 
@@ -93,6 +97,8 @@ def test_a_run_record_of_another_contract_fails_its_run(
     # kept for a look, never read as a record (the runs table takes the manifest's status)
     assert not (local / "run.json").exists() and (local / "run.json.refused").exists()
     assert not remote.exists()  # pulled: gone from the target like any pulled run
+    verify_checksums(local)  # SHA256SUMS names the refused record under its new name: the directory still verifies
+    assert "  run.json.refused\n" in (local / "SHA256SUMS").read_text()
 
 
 def test_a_run_record_of_the_same_major_is_taken(
@@ -138,12 +144,12 @@ def _gone_at(pid: int) -> float:
     return time.monotonic()
 
 
-@pytest.mark.parametrize("started_ago_s", [None, 3.0])
+@pytest.mark.parametrize(("limit_s", "started_ago_s"), [(2, None), (60, 58.0)])
 def test_an_adopted_run_still_running_past_its_limit_is_stopped_and_failed(
-        tmp_path: Path, started_ago_s: float | None) -> None:
+        tmp_path: Path, limit_s: int, started_ago_s: float | None) -> None:
     """--resume adopts a runner a dead controller left running: the watchdog still holds, with the limit of the spec
     on the target, counted from when the runner was started (from the adoption for a manifest without it)."""
-    (tmp_path / "unit.yaml").write_text(EXPERIMENT + "run_timeout_s: 4\n")
+    (tmp_path / "unit.yaml").write_text(EXPERIMENT + f"run_timeout_s: {limit_s}\n")
     target = Target(name="local", workdir=str(tmp_path / "work"))
     ctx = CampaignContext(build_plan(load_experiment(tmp_path / "unit.yaml")), [target], Said())
     session = TargetSession(target, LocalTransport(target), PLATFORMS["linux"], str(REPO), str(tmp_path / "bin"))
@@ -170,8 +176,8 @@ def test_an_adopted_run_still_running_past_its_limit_is_stopped_and_failed(
     assert lifecycle.state is RunState.RECORDED
     entry = _entry(writer, run.run_id)
     assert entry["status"] == "failed"
-    assert str(entry["error"]).startswith("the run did not finish within 4 s (run_timeout_s) and was stopped")
+    assert str(entry["error"]).startswith(f"the run did not finish within {limit_s} s (run_timeout_s) and was stopped")
     if started_ago_s is None:
-        assert waited >= 3.9  # the whole limit, from the adoption
+        assert waited >= limit_s - 0.1  # no start recorded: the whole limit, from the adoption
     else:
-        assert waited < 2.5  # 1 s was left of the 4: not the whole limit again
+        assert waited < 30  # 2 s were left of the 60 when it was adopted: not the whole limit again

@@ -45,8 +45,14 @@ def pull_run(session: TargetSession, remote_dir: str, local: Path, what: str, pr
         return Pulled(here=False, error=error)
     refused = None if record is None else incompatible(record.get("contract"), "controller")
     if refused is not None:
-        # kept beside the run for a look, but never read as a run.json of this contract (tables, report)
+        # kept beside the run for a look, but never read as a run.json of this contract (tables, report); its line
+        # in SHA256SUMS follows it, so the directory still verifies
         (local / "run.json").replace(local / ("run.json" + REFUSED_SUFFIX))
+        sums = local / "SHA256SUMS"
+        if sums.exists():
+            lines = sums.read_text().splitlines(keepends=True)
+            sums.write_text("".join(line.replace("  run.json\n", f"  run.json{REFUSED_SUFFIX}\n")
+                                    if line.endswith("  run.json\n") else line for line in lines))
         return Pulled(here=True, refused=refused)
     return Pulled(here=True, record=record)
 
