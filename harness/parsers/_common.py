@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
 
 from .base import ParseError
 
@@ -39,6 +39,31 @@ def versioned_header(line: str, number: int, tool: str, version: str) -> dict[st
         raise ParseError(f"{tool} output of version {found or '(none)'}: this parser reads harness-{tool} "
                          f"{version} (header {line.strip()[:80]!r})", line=number)
     return header_fields(line)
+
+
+def headed_rows(data: bytes, tool: str, version: str,
+                facts_of: Callable[[str, int], dict[str, Any]],
+                row_of: Callable[[list[str], int, dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of a harness tool's capture: a ``# harness-TOOL VERSION ...`` header first (``facts_of(line,
+    number)`` reads it), then one TAB-separated line per row (``row_of(fields, number, facts)``); other ``#``
+    lines are metadata and blank lines are skipped. ParseError for a capture that is empty or does not start with
+    the header."""
+    header = f"# harness-{tool}"
+    rows: list[dict[str, Any]] = []
+    facts: dict[str, Any] | None = None
+    for number, raw in enumerate(iter_lines(data), start=1):
+        if not raw.strip():
+            continue
+        if facts is None:
+            if not raw.startswith(header):
+                raise ParseError(f"no {tool} header: expected '{header} {version} ...' first, found "
+                                 f"{raw.strip()[:80]!r}", line=number)
+            facts = facts_of(raw, number)
+        elif not raw.startswith("#"):
+            rows.append(row_of(raw.rstrip("\r\n").split("\t"), number, facts))
+    if facts is None:
+        raise ParseError(f"no {tool} header: the output is empty (expected '{header} {version} ...')")
+    return rows
 
 
 def iter_lines(data: bytes | str | BinaryIO) -> Iterator[str]:

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import header_fields, iter_lines, versioned_header
+from ._common import headed_rows, header_fields, iter_lines, versioned_header
 from .base import ParseError, register_parser
 
 VERSION = "v1"
-HEADER = "# harness-counters"
 THREAD_COLUMNS = ("t_ns", "tid", "run_ns", "runqueue_ns", "timeslices", "utime_ticks", "stime_ticks", "blkio_ticks",
                   "nvcsw", "nivcsw", "cpu_delay_ns", "blkio_delay_ns", "swapin_delay_ns", "thrashing_delay_ns",
                   "freepages_delay_ns", "compact_delay_ns")
@@ -71,24 +70,9 @@ def _row(parts: list[str], number: int, facts: dict[str, Any]) -> dict[str, Any]
 
 @register_parser("counters")
 def parse_counters(data: bytes) -> list[dict[str, Any]]:
-    """One row per thread per read (kind "thread") and one per read of PSI (kind "psi")."""
-    rows: list[dict[str, Any]] = []
-    facts: dict[str, Any] | None = None
-    for number, raw in enumerate(iter_lines(data), start=1):
-        if not raw.strip():
-            continue
-        if facts is None:
-            if not raw.startswith(HEADER):
-                raise ParseError(f"no counters header: expected '{HEADER} {VERSION} ...' first, found "
-                                 f"{raw.strip()[:80]!r}", line=number)
-            facts = _header(raw, number)
-            continue
-        if raw.startswith("#"):
-            continue  # unavailable sources, stop: metadata
-        rows.append(_row(raw.rstrip("\r\n").split("\t"), number, facts))
-    if facts is None:
-        raise ParseError(f"no counters header: the output is empty (expected '{HEADER} {VERSION} ...')")
-    return rows
+    """One row per thread per read (kind "thread") and one per read of PSI (kind "psi"); the ``# unavailable`` and
+    ``# stop`` lines are metadata (:func:`counter_notes`)."""
+    return headed_rows(data, "counters", VERSION, _header, _row)
 
 
 def counter_notes(data: bytes) -> dict[str, str]:

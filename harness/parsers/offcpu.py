@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import header_fields, iter_lines, versioned_header
+from ._common import headed_rows, header_fields, iter_lines, versioned_header
 from .base import ParseError, register_parser
 
 VERSION = "v1"
-HEADER = "# harness-offcpu"
 COLUMNS = ("t_ns", "tid", "class", "state", "syscall", "device", "blocked_ns", "runqueue_ns", "count", "comm")
 INTEGERS = ("t_ns", "tid", "blocked_ns", "runqueue_ns", "count")
 CLASSES = ("fault_io", "read_io", "futex", "gpu", "idle", "other", "runqueue")
@@ -48,28 +47,17 @@ def _row(parts: list[str], number: int, facts: dict[str, Any]) -> dict[str, Any]
     return {**row, **facts}
 
 
+def _facts(line: str, number: int) -> dict[str, Any]:
+    fields = versioned_header(line, number, "offcpu", VERSION)
+    if not fields.get("pid", "").isdigit():
+        raise ParseError(f"offcpu header without a numeric pid: {line.strip()[:80]!r}", line=number)
+    return {"pid": int(fields["pid"]), "arch": fields.get("arch"), "bpftrace": fields.get("bpftrace")}
+
+
 @register_parser("offcpu")
 def parse_offcpu(data: bytes) -> list[dict[str, Any]]:
     """One row per thread, class key (state, syscall, device) and snapshot, cumulative."""
-    rows: list[dict[str, Any]] = []
-    facts: dict[str, Any] | None = None
-    for number, raw in enumerate(iter_lines(data), start=1):
-        if not raw.strip():
-            continue
-        if facts is None:
-            if not raw.startswith(HEADER):
-                raise ParseError(f"no offcpu header: expected '{HEADER} {VERSION} ...' first, found "
-                                 f"{raw.strip()[:80]!r}", line=number)
-            fields = versioned_header(raw, number, "offcpu", VERSION)
-            if not fields.get("pid", "").isdigit():
-                raise ParseError(f"offcpu header without a numeric pid: {raw.strip()[:80]!r}", line=number)
-            facts = {"pid": int(fields["pid"]), "arch": fields.get("arch"), "bpftrace": fields.get("bpftrace")}
-            continue
-        if not raw.startswith("#"):
-            rows.append(_row(raw.rstrip("\r\n").split("\t"), number, facts))
-    if facts is None:
-        raise ParseError(f"no offcpu header: the output is empty (expected '{HEADER} {VERSION} ...')")
-    return rows
+    return headed_rows(data, "offcpu", VERSION, _facts, _row)
 
 
 MISSED = ("unwoken", "unseen", "noregs", "lost")
