@@ -93,25 +93,13 @@ class RunLifecycle:
         lifecycle.state = RunState.STARTED
         return lifecycle
 
-    def _adopted_limit_s(self) -> tuple[float, float]:
-        """(what is left of an adopted run's watchdog limit, the limit): the limit of the spec it runs, less the time
-        since it was started. Without a readable spec, the experiment's run_timeout_s or the default step limit."""
-        try:
-            self.spec = json.loads(self.session.transport.read_file(f"{self.remote_dir}/spec.json"))
-        except (OSError, TargetError, ValueError):
-            self.spec = {"step": {}}
-        limit_s = left_s = run_limit_s(self.ctx, self.spec)
-        if isinstance(self.started_wall, (int, float)):
-            left_s -= max(0.0, time.time() - self.started_wall)
-        return max(0.0, left_s), limit_s
-
     def finish_adopted(self) -> bool:
         """Wait for an adopted runner still running, under the watchdog, and pull the run when it wrote DONE (or
         when the watchdog stopped it: failed, with the reason). False when it is gone without DONE: the run is
         measured again."""
         transport = self.session.transport
         if self.pid is not None and transport.alive(self.pid):
-            left_s, limit_s = self._adopted_limit_s()
+            self.spec, left_s, limit_s = adopted_limit_s(self.ctx, self.session, self.remote_dir, self.started_wall)
             try:
                 self.wait(left_s)
             except _RunOverdue:
@@ -274,6 +262,21 @@ class RunLifecycle:
         if self.failure is not None:
             status, error = "failed", self.failure + (f"; then: {error}" if error else "")
         return status, error, full
+
+
+def adopted_limit_s(ctx: CampaignContext, session: TargetSession, remote_dir: str,
+                    started_wall: float | None) -> tuple[dict[str, Any], float, float]:
+    """An adopted run's (spec, what is left of its watchdog limit, the limit): the limit of the spec it runs (read
+    from the target), less the time since it was started. Without a readable spec, the experiment's run_timeout_s
+    or the default step limit."""
+    try:
+        spec = json.loads(session.transport.read_file(f"{remote_dir}/spec.json"))
+    except (OSError, TargetError, ValueError):
+        spec = {"step": {}}
+    limit_s = left_s = run_limit_s(ctx, spec)
+    if isinstance(started_wall, (int, float)):
+        left_s -= max(0.0, time.time() - started_wall)
+    return spec, max(0.0, left_s), limit_s
 
 
 # ---------------------------------------------------------------------- a runner that has to be stopped or undone

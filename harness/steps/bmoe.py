@@ -30,7 +30,7 @@ from harness.config.validate import StrictModel
 from harness.parsers import ParseError
 from harness.parsers.bmoe import bmoe_request_row, parse_bmoe_log
 from harness.steps.base import Rows, StepKind, register_step
-from harness.steps.llamacpp import COLD_MAX_PCT, Arg, load_prompts, refuse_owned, window
+from harness.steps.llamacpp import COLD_MAX_PCT, Arg, Prompts, refuse_owned, window
 
 # what the step sets itself: extra args may not
 OWNED = ("-m", "--model", "-p", "--prompt", "-n", "--n-predict", "--progress", "--csv", "--session")
@@ -52,16 +52,11 @@ class BmoeConfig(StrictModel):
     threads: Annotated[int, Field(ge=1)] | None = None                      # -t
     n_predict: Annotated[int, Field(ge=1)] = 32                              # -n
     prompt: str | None = None               # one prompt, or
-    prompts: list[str] | None = None        # a JSONL file ({"prompt": ...} per line) or an inline list
+    prompts: Prompts | None = None          # a JSONL file ({"prompt": ...} per line) or an inline list
     seed: Annotated[int, Field(ge=0)] | None = None                         # --seed
     temp: Annotated[float, Field(ge=0)] = 0.0                               # --temp (0: greedy, comparable runs)
     args: list[Arg] = Field(default_factory=list)                           # any other bmoe-cli flags
     timeout_s: Annotated[float, Field(gt=0)] | None = None
-
-    @field_validator("prompts", mode="before")
-    @classmethod
-    def _prompts(cls, value: Any) -> Any:
-        return load_prompts(value) if isinstance(value, str) else value
 
     @field_validator("args")
     @classmethod

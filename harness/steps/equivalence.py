@@ -34,7 +34,7 @@ from harness.config.validate import StrictModel
 from harness.emulation.controller import MIN_MEMORY_BYTES
 from harness.parsers import ParseError
 from harness.steps.base import Rows, StepKind, register_step
-from harness.steps.llamacpp import Arg, load_prompts, refuse_owned
+from harness.steps.llamacpp import Arg, Prompts, refuse_owned
 from harness.units import format_size, parse_size
 from runner.steps.generators import GENERATORS
 
@@ -77,18 +77,13 @@ class SideConfig(StrictModel):
 class EquivalenceConfig(StrictModel):
     a: SideConfig
     b: SideConfig
-    prompts: list[str] = Field(min_length=1)  # given as a JSONL path or inline
+    prompts: Annotated[Prompts, Field(min_length=1)]  # given as a JSONL path or inline
     n_predict: Annotated[int, Field(ge=1)] = 16
     seed: int = 42
     # both sides decode exactly n_predict tokens where the engine allows it, so a stop is not mistaken for a match
     ignore_eos: bool = True
     health_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     timeout_s: Annotated[float, Field(gt=0)] | None = None
-
-    @field_validator("prompts", mode="before")
-    @classmethod
-    def _prompts(cls, value: Any) -> Any:
-        return load_prompts(value) if isinstance(value, str) else value
 
 
 @register_step

@@ -32,7 +32,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from harness.config.validate import StrictModel
 from harness.parsers import ParseError, parse
@@ -91,10 +91,14 @@ def load_prompts(path: str) -> list[str]:
     return prompts
 
 
+# prompts given inline (a list) or as a JSONL file's path, read when the config is validated
+Prompts = Annotated[list[str], BeforeValidator(lambda value: load_prompts(value) if isinstance(value, str) else value)]
+
+
 class LlamaServerConfig(StrictModel):
     model: str = "model"
     args: list[Arg] = Field(default_factory=list)
-    prompts: list[str] = Field(min_length=1)  # given as a JSONL path or inline
+    prompts: Annotated[Prompts, Field(min_length=1)]  # given as a JSONL path or inline
     n_predict: Annotated[int, Field(ge=1)] = 32
     requests_per_prompt: Annotated[int, Field(ge=1)] = 1
     # measure decode over output tokens a..b as well (InferSSD reports tokens 129-256)
@@ -106,11 +110,6 @@ class LlamaServerConfig(StrictModel):
     request: dict[str, Any] = Field(default_factory=dict)
     health_timeout_s: Annotated[float, Field(gt=0)] = 300.0
     timeout_s: Annotated[float, Field(gt=0)] | None = None
-
-    @field_validator("prompts", mode="before")
-    @classmethod
-    def _prompts(cls, value: Any) -> Any:
-        return load_prompts(value) if isinstance(value, str) else value
 
     @field_validator("args")
     @classmethod
