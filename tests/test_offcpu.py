@@ -203,6 +203,9 @@ def test_syscalls_fall_into_the_samplers_classes() -> None:
     assert offcpu.classify("pread64", "D", "-") == offcpu.classify("io_uring_enter", "S", "-") == "read_io"
     assert offcpu.classify("read", "D", "-") == "read_io" and offcpu.classify("read", "S", "-") == "idle"
     assert offcpu.classify("futex", "S", "-") == "futex"
+    # faulting a mapping in before the call returns (MAP_POPULATE, MADV_POPULATE_READ, mlock): in D, fault_io
+    assert offcpu.classify("mmap", "D", "-") == offcpu.classify("madvise", "D", "-") == "fault_io"
+    assert offcpu.classify("mlock2", "D", "-") == "fault_io" and offcpu.classify("mmap", "S", "-") == "other"
     assert offcpu.classify("ioctl", "S", "/dev/nvmap") == offcpu.classify("ioctl", "D", "/dev/dri/renderD128") == "gpu"
     assert offcpu.classify("ioctl", "S", "/dev/tty1") == "other"
     assert offcpu.classify("epoll_pwait", "S", "-") == offcpu.classify("clock_nanosleep", "S", "-") == "idle"

@@ -215,7 +215,8 @@ def _fake_task(task_dir: Path, tid: int, state: str, syscall: str | None) -> Non
 @linux
 def test_classification_on_a_fake_tree_gpu_ioctl_included(native: Path, tmp_path: Path):
     """Every class from /proc/PID/task/TID/syscall as the kernel prints it, with the syscall numbers of the build
-    architecture, and ioctl resolved through /proc/PID/fd/N: a GPU device is gpu, anything else other."""
+    architecture, and ioctl resolved through /proc/PID/fd/N: a GPU device is gpu, anything else other; a thread
+    asleep in mmap or madvise is faulting a mapping in (llama.cpp maps its model with MAP_POPULATE): fault_io."""
     numbers = _syscall_numbers(native)
     proc = tmp_path / "proc" / "4242"
     task = proc / "task"
@@ -236,6 +237,8 @@ def test_classification_on_a_fake_tree_gpu_ioctl_included(native: Path, tmp_path
         4249: ("R", "running\n", None),
         4250: ("S", None, None),  # no syscall file (no ptrace access): class unknown, '?'
         4251: ("T", "-1 0x7ffd1000 0x401000\n", "other"),  # stopped, not faulting
+        4252: ("D", f"{numbers['mmap']} 0x0{args}", "fault_io"),  # MAP_POPULATE: the mapping faulted in
+        4253: ("D", f"{numbers['madvise']} 0x7f00{args}", "fault_io"),  # MADV_POPULATE_READ
     }
     for tid, (state, syscall, _cls) in cases.items():
         _fake_task(task, tid, state, syscall)
@@ -276,7 +279,7 @@ def _syscall_numbers(native: Path) -> dict[str, int]:
     """The build architecture's syscall numbers, from the C library's own headers (not from the code under test)."""
     where = Path(tempfile.mkdtemp(prefix="harness-nr-"))
     src, exe = where / "nr.c", where / "nr"
-    names = ("futex", "pread64", "ioctl", "clock_nanosleep")
+    names = ("futex", "pread64", "ioctl", "clock_nanosleep", "mmap", "madvise")
     body = "".join(f'printf("{n} %ld\\n", (long)SYS_{n});' for n in names)
     src.write_text("#include <stdio.h>\n#include <sys/syscall.h>\nint main(void){" + body + "return 0;}\n")
     try:

@@ -20,7 +20,8 @@ harness/parsers/offcpu.py)::
     s<TAB>t_ns<TAB>tid<TAB>class<TAB>state<TAB>syscall<TAB>device<TAB>blocked_ns<TAB>runqueue_ns<TAB>count<TAB>comm
     # stop t_ns=... snapshots=... cpu_s=... tracefs_restored=... lost=N noregs=N unseen=N unwoken=N
 
-Classes: ``fault_io`` (D outside any syscall: a page fault waiting for its page), ``read_io`` (pread64, preadv,
+Classes: ``fault_io`` (D outside any syscall: a page fault waiting for its page; D in mmap, madvise, mlock*: a
+mapping faulted in before the call returns, as with MAP_POPULATE), ``read_io`` (pread64, preadv,
 preadv2, io_uring_enter; read/readv in D -- a read/readv asleep in S waits for a pipe or socket: ``idle``), ``futex``,
 ``gpu`` (ioctl on /dev/nvgpu*, /dev/nvmap, /dev/nvidia*, /dev/dri/*: the fd resolved once), ``idle`` (epoll, poll,
 select, nanosleep, clock_nanosleep), ``other``; and ``runqueue`` (preempted: runnable the whole time, state R; the
@@ -69,16 +70,19 @@ SYSCALLS = {
                    select=23, nanosleep=35, epoll_wait=232, clock_nanosleep=230, epoll_pwait=281, ppoll=271,
                    pselect6=270, write=1, openat=257, close=3, mmap=9, munmap=11, madvise=28, fadvise64=221,
                    sched_yield=24, wait4=61, exit=60, exit_group=231, recvfrom=45, sendto=44, recvmsg=47,
-                   sendmsg=46, accept4=288, fsync=74, msync=26, mlock=149, execve=59,
+                   sendmsg=46, accept4=288, fsync=74, msync=26, mlock=149, mlockall=151, mlock2=325, execve=59,
                    clock_gettime=228),
     "aarch64": dict(_COMMON, read=63, pread64=67, readv=65, preadv=69, preadv2=286, futex=98, ioctl=29,
                     nanosleep=101, clock_nanosleep=115, epoll_pwait=22, ppoll=73, pselect6=72, write=64, openat=56,
                     close=57, mmap=222, munmap=215, madvise=233, fadvise64=223, sched_yield=124, wait4=260, exit=93,
                     exit_group=94, recvfrom=207, sendto=206, recvmsg=212, sendmsg=211, accept4=242, fsync=82,
-                    msync=227, mlock=228, execve=221, clock_gettime=113),
+                    msync=227, mlock=228, mlockall=230, mlock2=284, execve=221, clock_gettime=113),
 }  # the rest of the table only names what a thread was in (class other): a number not named here is nrN
 ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64"}
 READS = ("pread64", "preadv", "preadv2", "io_uring_enter")  # file reads in any state
+# asleep in D in these, a thread waits for the pages a mapping is being faulted in with (mmap MAP_POPULATE, as
+# llama.cpp maps its model; mlock; madvise MADV_POPULATE_READ) -- or for the mmap lock: the sampler's fault_io too
+POPULATES = ("mmap", "madvise", "mlock", "mlock2", "mlockall")
 STREAM_READS = ("read", "readv")  # a file in D, a pipe or a socket in S
 FUTEXES = ("futex", "futex_waitv", "futex_wake", "futex_wait", "futex_requeue")
 IDLE = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "nanosleep",
@@ -273,7 +277,7 @@ def classify(syscall, state, device):
     """The class of one key: syscall name (or 'none', 'unknown'), state D/S/R/other, ioctl's device."""
     if state == "R":
         return "runqueue"
-    if syscall == "none":
+    if syscall == "none" or syscall in POPULATES:
         return "fault_io" if state == "D" else "other"
     if syscall in READS or (syscall in STREAM_READS and state == "D"):
         return "read_io"

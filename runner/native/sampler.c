@@ -46,7 +46,9 @@
  *            the header's arch): -1 (blocked outside a syscall) = fault_io, unless stat says stopped (other);
  *            read/pread64/readv/preadv/preadv2, and the async I/O waits io_uring_enter/io_getevents/
  *            io_pgetevents = read_io (but read/readv of a pipe, socket, anon
- *            inode such as an eventfd, or terminal = idle: that waits for a writer); futex/futex_waitv = futex;
+ *            inode such as an eventfd, or terminal = idle: that waits for a writer); mmap/madvise/mlock/mlock2/
+ *            mlockall = fault_io (they fault a mapping in: MAP_POPULATE, MADV_POPULATE_READ; or wait for the mmap
+ *            lock, which the syscall cannot tell apart); futex/futex_waitv = futex;
  *            ioctl on an fd (syscall's second field, arg0) that /proc/PID/fd/N names a GPU device
  *            (/dev/nvgpu..., /dev/nvmap, /dev/nvhost..., /dev/nvidia..., /dev/dri/..., /dev/kgsl..., /dev/mali...)
  *            = gpu (fds resolved once per thread and fd, forgotten every ~100 ms: an fd number can be reused);
@@ -847,6 +849,14 @@ static const struct text *classify(struct threads_ctx *c, struct task *tk, long 
     case SYS_io_pgetevents:
 #endif
         return &CLS_READ;
+    /* the calls that fault a mapping in before they return (mmap with MAP_POPULATE, as llama.cpp maps its model;
+     * mlock; madvise MADV_POPULATE_READ/WILLNEED) wait for the pages' I/O like a fault -- or for the process's
+     * mmap lock, which the syscall does not tell apart */
+    case SYS_mmap: case SYS_madvise: case SYS_mlock: case SYS_mlockall:
+#ifdef SYS_mlock2
+    case SYS_mlock2:
+#endif
+        return &CLS_FAULT;
     case SYS_futex:
 #ifdef SYS_futex_waitv
     case SYS_futex_waitv:
