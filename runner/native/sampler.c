@@ -852,7 +852,13 @@ static const struct text *classify(struct threads_ctx *c, struct task *tk, long 
     /* the calls that fault a mapping in before they return (mmap with MAP_POPULATE, as llama.cpp maps its model;
      * mlock; madvise MADV_POPULATE_READ/WILLNEED) wait for the pages' I/O like a fault -- or for the process's
      * mmap lock, which the syscall does not tell apart */
-    case SYS_mmap: case SYS_madvise: case SYS_mlock: case SYS_mlockall:
+#ifdef SYS_mmap
+    case SYS_mmap:
+#endif
+#ifdef SYS_mmap2
+    case SYS_mmap2: /* 32-bit ARM has only mmap2 */
+#endif
+    case SYS_madvise: case SYS_mlock: case SYS_mlockall:
 #ifdef SYS_mlock2
     case SYS_mlock2:
 #endif
@@ -860,6 +866,9 @@ static const struct text *classify(struct threads_ctx *c, struct task *tk, long 
     case SYS_futex:
 #ifdef SYS_futex_waitv
     case SYS_futex_waitv:
+#endif
+#ifdef SYS_futex_time64
+    case SYS_futex_time64: /* 32-bit ABIs with a 64-bit time_t (glibc 2.34+, musl) wait in the _time64 calls */
 #endif
         return &CLS_FUTEX;
     case SYS_ioctl:
@@ -879,7 +888,19 @@ static const struct text *classify(struct threads_ctx *c, struct task *tk, long 
 #ifdef SYS_epoll_pwait2
     case SYS_epoll_pwait2:
 #endif
-    case SYS_epoll_pwait: case SYS_ppoll: case SYS_pselect6: case SYS_clock_nanosleep:
+#ifdef SYS_clock_nanosleep
+    case SYS_clock_nanosleep:
+#endif
+#ifdef SYS_clock_nanosleep_time64
+    case SYS_clock_nanosleep_time64:
+#endif
+#ifdef SYS_ppoll_time64
+    case SYS_ppoll_time64:
+#endif
+#ifdef SYS_pselect6_time64
+    case SYS_pselect6_time64:
+#endif
+    case SYS_epoll_pwait: case SYS_ppoll: case SYS_pselect6:
         return &CLS_IDLE;
     default:
         return &CLS_OTHER;
