@@ -127,6 +127,18 @@ def run_workload(native: Path, run_dir: Path, args: list[str]) -> list[tuple[dic
     return out
 
 
+def _detail(truth: dict, shares: dict, waits: dict) -> str:
+    """The three views of one thread, every number to 3 places, on one line each."""
+    def short(value: object) -> object:
+        if isinstance(value, float):
+            return round(value, 3)
+        if isinstance(value, dict):
+            return {k: short(v) for k, v in value.items() if not isinstance(v, float) or abs(v) >= 0.0005}
+        return value
+    return "\n".join(f"{name}: {short(view)}" for name, view in (("truth", truth), ("offcpu", shares),
+                                                                 ("counters", waits)))
+
+
 def assert_agrees(truth: dict, shares: dict, waits: dict) -> None:
     """What holds for every thread: on CPU (1 - off-CPU) is the thread's CPU clock and the counters' run. The
     counters' io_wait is bpftrace's sleep in D, give or take the wait for a CPU after those wake-ups (delay
@@ -135,16 +147,16 @@ def assert_agrees(truth: dict, shares: dict, waits: dict) -> None:
     wake-ups, is what its clock saw around the call -- plus, at most, the time it was preempted (inside the call or
     around it: the clock's window and the syscall's are not the same)."""
     role = truth["role"]
-    assert abs((1 - shares["off_cpu"]) - truth["cpu_ns"]) <= PP, (role, shares, truth)
-    assert abs((1 - shares["off_cpu"]) - waits["run"]) <= PP, (role, shares, waits)
+    detail = _detail(truth, shares, waits)  # whole, rounded: pytest cuts long dicts short in a failure's message
+    assert abs((1 - shares["off_cpu"]) - truth["cpu_ns"]) <= PP, detail
+    assert abs((1 - shares["off_cpu"]) - waits["run"]) <= PP, detail
     after_d = shares["woken_runqueue"]["fault_io"] + shares["woken_runqueue"]["read_io"]
-    assert shares["io_wait"] - shares["runqueue"] - PP <= waits["io_wait"] <= shares["io_wait"] + after_d + PP, \
-        (role, shares, waits)
+    assert shares["io_wait"] - shares["runqueue"] - PP <= waits["io_wait"] <= shares["io_wait"] + after_d + PP, detail
     if role in TRUTH_OF:
         measured, name = TRUTH_OF[role]
         in_call = shares["blocked"][name] + shares["woken_runqueue"][name]
         assert in_call - PP <= truth[measured] <= in_call + sum(shares["preempted"].values()) + PP, \
-            (role, truth, shares)
+            detail
     others = [c for c in ("fault_io", "read_io", "futex", "gpu", "idle")
               if role not in TRUTH_OF or c != TRUTH_OF[role][1]]
     assert all(shares["blocked"][c] < 0.02 for c in others), (role, shares["blocked"])  # absent where not present
