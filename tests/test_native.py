@@ -186,6 +186,21 @@ def test_build_is_warning_free_and_clean_removes_binaries(tmp_path: Path):
     assert not (out / "sampler").exists() and not (out / "cachectl").exists()
 
 
+def _cross_build(tmp_path: Path, zig_target: str, target_os: str) -> Path:
+    """Every native tool built with zig for ``zig_target`` with -Werror and no warning; the bin directory."""
+    if importlib.util.find_spec("ziglang") is None:
+        pytest.skip("ziglang is not installed (pip install -e '.[dev]'): it is the cross-compiler")
+    out = tmp_path / "bin"
+    r = subprocess.run(
+        ["make", "-B", "-C", str(NATIVE), f"BIN={out}", f"CC={sys.executable} -m ziglang cc -target {zig_target}",
+         f"TARGET_OS={target_os}", "CFLAGS=-O2 -Werror"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning:" not in r.stderr, r.stderr
+    return out
+
+
 # Mach-O header: magic 0xfeedfacf (64-bit) stored little-endian, then cputype; filetype 2 = MH_EXECUTE.
 MACH_O_CPU = {"aarch64": 0x0100000C, "x86_64": 0x01000007}
 
@@ -194,16 +209,7 @@ MACH_O_CPU = {"aarch64": 0x0100000C, "x86_64": 0x01000007}
 def test_tools_cross_compile_and_link_for_macos(tmp_path: Path, arch: str):
     """The macOS variants (libproc threads, purge-only drop) really compile and link against macOS headers and
     libSystem: zig ships both, so this runs here; no Mac is needed to catch a Linux-only call."""
-    if importlib.util.find_spec("ziglang") is None:
-        pytest.skip("ziglang is not installed (pip install -e '.[dev]'): it is the macOS cross-compiler")
-    out = tmp_path / "bin"
-    r = subprocess.run(
-        ["make", "-B", "-C", str(NATIVE), f"BIN={out}", f"CC={sys.executable} -m ziglang cc -target {arch}-macos",
-         "TARGET_OS=Darwin", "CFLAGS=-O2 -Werror"],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "warning:" not in r.stderr, r.stderr
+    out = _cross_build(tmp_path, f"{arch}-macos", "Darwin")
     for tool in ("sampler", "cachectl"):
         data = (out / tool).read_bytes()
         magic, cputype, _sub, filetype = struct.unpack_from("<IIII", data)
@@ -224,16 +230,7 @@ ELF_MACHINE = {"aarch64-linux-gnu": 183, "arm-linux-musleabihf": 40}
 def test_tools_cross_compile_for_the_boards_linux_cpus(tmp_path: Path, target: str):
     """Every native tool compiles warning-free for the boards' CPUs against their C libraries (zig ships glibc and
     musl headers), so a syscall name one architecture lacks is caught here, not on a board."""
-    if importlib.util.find_spec("ziglang") is None:
-        pytest.skip("ziglang is not installed (pip install -e '.[dev]'): it is the cross-compiler")
-    out = tmp_path / "bin"
-    r = subprocess.run(
-        ["make", "-B", "-C", str(NATIVE), f"BIN={out}", f"CC={sys.executable} -m ziglang cc -target {target}",
-         "TARGET_OS=Linux", "CFLAGS=-O2 -Werror"],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "warning:" not in r.stderr, r.stderr
+    out = _cross_build(tmp_path, target, "Linux")
     for tool in ("sampler", "cachectl", "workload", "counters"):
         data = (out / tool).read_bytes()
         assert data[:4] == b"\x7fELF", f"{tool}: not an ELF file"

@@ -51,8 +51,8 @@ def pull_run(session: TargetSession, remote_dir: str, local: Path, what: str, pr
         sums = local / "SHA256SUMS"
         if sums.exists():
             lines = sums.read_text().splitlines(keepends=True)
-            sums.write_text("".join(line.replace("  run.json\n", f"  run.json{REFUSED_SUFFIX}\n")
-                                    if line.endswith("  run.json\n") else line for line in lines))
+            sums.write_text("".join(line[:-1] + REFUSED_SUFFIX + "\n" if line.endswith("  run.json\n") else line
+                                    for line in lines))
         return Pulled(here=True, refused=refused)
     return Pulled(here=True, record=record)
 

@@ -23,23 +23,20 @@ TAIL_BYTES = 4096  # the exit or stop line is among a capture's last lines
 LATE_SHARE = 0.2  # p90 lateness beyond this share of the period: the samples are not at their instants
 
 
-def warn_if_late(raw: Path) -> dict[str, int]:
-    """The capture's lateness (parsers.sampler.sampler_lateness); one warning line naming the run when the samples'
-    p90 came later than a fifth of the period. Why: a sampler that waits for a CPU gets one at the next scheduling
+def warn_if_late(raw: Path) -> None:
+    """One warning line naming the capture when its samples' p90 lateness (parsers.sampler.sampler_lateness) came
+    later than a fifth of the period. Why: a sampler that waits for a CPU gets one at the next scheduling
     event, most often a thread going to sleep, so late samples over-count the waits that just began (the sampler
     asks for a short slice, which does not help against a step that runs at a higher priority)."""
     with raw.open("rb") as capture:
         period = header_fields(capture.readline().decode(errors="replace")).get("period_ms", "")
         capture.seek(max(0, raw.stat().st_size - TAIL_BYTES))
         late = sampler_lateness(capture.read())
-    if not period.isdigit():
-        return late  # no readable header: the table reader says what is wrong with it
-    period_ms = int(period)
-    if late and late["late_us_p90"] > LATE_SHARE * period_ms * 1000:
-        log.warning("%s: samples were late (p90 %d us, max %d us of a %d ms period): the sampler waited for a CPU, "
+    # no readable header: the table reader says what is wrong with it
+    if late and period.isdigit() and late["late_us_p90"] > LATE_SHARE * int(period) * 1000:
+        log.warning("%s: samples were late (p90 %d us, max %d us of a %s ms period): the sampler waited for a CPU, "
                     "so its classes over-count waits that had just begun; run it at the step's priority or higher",
-                    raw, late["late_us_p90"], late["late_us_max"], period_ms)
-    return late
+                    raw, late["late_us_p90"], late["late_us_max"], period)
 
 
 class PeriodConfig(StrictModel):

@@ -66,7 +66,7 @@
  * began, and those classes came out 7-19 points above the threads' own clocks and bpftrace's time in D
  * (tests/test_sampler_classes.py). So the sampler asks for a short slice (sched_setattr's sched_runtime,
  * --slice-us, default 100: the kernel's minimum), which lets it preempt at its wake-up (EEVDF's PREEMPT_SHORT,
- * Linux 6.12) at the policy and nice it was started with: late by ~120 us at p90 there, classes within 7 points
+ * Linux 6.12) at the policy and nice it was started with: late by 57-76 us at p90 there, classes within 6 points
  * (a preemption is itself a scheduling event: a thread waiting for a CPU tends to get it just after a sample, so
  * that wait is seen a little more often). SCHED_FIFO was tried and is worse: fault_io 20-30 points low in some runs
  * even on an idle machine. A thread that runs at a higher priority than the sampler (a step reniced, llama.cpp's
@@ -74,9 +74,9 @@
  * 0. The header's slice_us is the slice the kernel reports back (sched_getattr): its default (1400 here) with
  * --slice-us 0, 0 where fair threads have no slice to report (before 6.12: the request is accepted and ignored).
  * The timer slack is set to 1 ns (prctl PR_SET_TIMERSLACK): the default 50 us let an idle machine wake the sampler
- * up to 50 us late on purpose, to batch timers. Every sample's lateness (its start minus its deadline) goes into a histogram of
- * 10 us bins; the exit and stop lines give its p50/p90/p99 (bin upper edges) and the largest, so a reader can tell
- * samples taken on time from samples taken at the scheduler's convenience.
+ * up to 50 us late on purpose, to batch timers. Every sample's lateness (its start minus its deadline) goes into a
+ * histogram of 10 us bins; the exit and stop lines give its p50/p90/p99 (bin upper edges) and the largest, so a
+ * reader can tell samples taken on time from samples taken at the scheduler's convenience.
  *
  * t_ns is CLOCK_MONOTONIC in nanoseconds, taken at the start of the sample. Samples follow an absolute schedule
  * (t0 + k*period, clock_nanosleep TIMER_ABSTIME); when a sample ends past the next deadline the missed deadlines are
@@ -1269,15 +1269,16 @@ static void late_add(uint64_t late_ns)
         g_late_max_ns = late_ns;
 }
 
-/* the upper edge (us, at most the largest seen) of the bin holding the q-th quantile (per mille) of the lateness; 0 with no samples */
+/* the upper edge (us) of the bin holding the per_mille-th quantile of the lateness, never above the largest seen;
+ * 0 with no samples */
 static uint64_t late_quantile_us(unsigned per_mille)
 {
-    uint64_t need = (g_late_n * per_mille + 999) / 1000, seen = 0;
+    uint64_t need = (g_late_n * per_mille + 999) / 1000, seen = 0, max_us = g_late_max_ns / 1000u;
     size_t i;
     for (i = 0; i < LATE_BINS && g_late_n; i++) {
         seen += g_late[i];
-        if (seen >= need && seen > 0) { /* no edge above the largest seen */
-            uint64_t edge = (uint64_t)(i + 1) * LATE_BIN_US, max_us = g_late_max_ns / 1000u;
+        if (seen >= need) { /* need >= 1 with any sample: this bin holds one */
+            uint64_t edge = (uint64_t)(i + 1) * LATE_BIN_US;
             return edge < max_us ? edge : max_us;
         }
     }
@@ -1376,6 +1377,9 @@ int main(int argc, char **argv)
     long period_ms = -1, pid = 0, stat_ms = 100;
     int i, rc;
     uint64_t period_ns, next, samples = 0, overruns = 0;
+#ifdef __linux__
+    uint64_t slice_us;
+#endif
     sample_fn sample;
     void *ctx;
     struct sigaction sa;
@@ -1449,6 +1453,9 @@ int main(int argc, char **argv)
     rc = open_source(mode, target, pid, root, period_ms, &sample, &ctx);
     if (rc != 0)
         return rc;
+#ifdef __linux__
+    slice_us = use_short_slice(g_slice_us); /* before the first sample: it is the one to wake on time */
+#endif
 
     g_out.buf = malloc(OUT_CAP);
     if (!g_out.buf) {
@@ -1498,7 +1505,7 @@ int main(int argc, char **argv)
     }
 #ifdef __linux__
     out_str(" slice_us=");
-    out_u64(use_short_slice(g_slice_us));
+    out_u64(slice_us);
 #endif
     out_str(" clock=monotonic\n");
     out_flush(); /* the header goes out at once: the caller can see that sampling has started */
