@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,14 +161,24 @@ def test_a_lowered_frequency_cap_is_throttling() -> None:
 
 # ------------------------------------------------------------------------------------ the runner, for real
 def _burners() -> list[subprocess.Popen[bytes]]:
-    """A busy process per CPU, at a higher priority than the step (root may raise it): another user's job."""
-    def raise_priority() -> None:
-        os.nice(-10)
+    """A busy process on each CPU, at a higher priority than the step (root may raise it): another user's job.
 
-    # each in a session of its own, as the step is: with autogroup scheduling (Debian's default) CPU is shared
-    # between sessions first, so burners in pytest's session would leave the step a whole CPU whatever their nice
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=raise_priority,
-                             start_new_session=True) for _ in range(os.cpu_count() or 2)]
+    Each sits in a session of its own, as the step does. With autogroup scheduling (Debian's default) CPU is
+    shared between sessions first and a task's nice counts only inside its session, so the burners raise their
+    session's nice too. Each is bound to its own CPU: three equal shares on two CPUs may otherwise be balanced as
+    the step alone on one CPU (CI once measured a 2 % run-queue wait that way).
+    """
+    def burner(cpu: int) -> Callable[[], None]:
+        def prepare() -> None:
+            os.sched_setaffinity(0, {cpu})
+            os.nice(-10)
+            autogroup = Path("/proc/self/autogroup")
+            if autogroup.exists():
+                autogroup.write_text("-10")
+        return prepare
+
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=burner(cpu),
+                             start_new_session=True) for cpu in sorted(os.sched_getaffinity(0))]
 
 
 def _read_run(tmp_path: Path, name: str) -> dict[str, Any]:
