@@ -36,6 +36,12 @@ def residency(native_bin, files):
     return [json.loads(line) for line in _cachectl(native_bin, "residency", files).splitlines() if line.strip()]
 
 
+def prefetch(native_bin, files):
+    """Read ``files`` fully through the page cache (no residency check: see prepare for that)."""
+    if files:
+        _cachectl(native_bin, "prefetch", files)
+
+
 def drop(native_bin, files):
     """Evict ``files`` from the page cache. Returns None where that is per file (fadvise DONTNEED: Linux,
     Android); on macOS the purge record ``{"method", "cleared", "reason"}``."""
@@ -79,7 +85,7 @@ def prepare(native_bin, condition, files):
         # Pages read early can be reclaimed before the last ones arrive (other tenants, a tight cgroup);
         # reading again brings back only what went missing, so a few passes settle it or prove it cannot.
         for _attempt in range(3):
-            _cachectl(native_bin, "prefetch", files)
+            prefetch(native_bin, files)
             rows = residency(native_bin, files)
             cold = [r for r in rows if r["resident_pct"] < WARM_MIN_PCT]
             if not cold:

@@ -14,7 +14,7 @@ from harness.steps import STEPS
 from harness.steps.llamacpp import LlamaBenchConfig, LlamaServerConfig, request_row, token_rows
 from runner import pagecache
 from runner.steps.llama_server import proc_stat
-from runner.steps.pageout import make_cold
+from runner.steps.pageout import make_cold, warm_engine_files
 from tests.helpers import REPO, run_cli, wait_for
 
 NATIVE_BIN = str(REPO / "runner" / "native" / "bin")
@@ -145,6 +145,43 @@ def test_cold_pages_out_a_file_another_process_maps(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
         path.unlink()
+
+
+def test_a_request_meets_the_servers_own_files_cached_and_the_model_as_it_was(tmp_path: Path) -> None:
+    # code a request runs first (sampling, streaming, a libm routine) would fault in from the device and count as
+    # the model's faults: every file the server maps but the model is read into the cache before the request
+    base = Path("/var/tmp/harness-tests") / f"engine-{os.getpid()}"
+    base.mkdir(parents=True, exist_ok=True)
+    engine, model = base / "libengine.so", base / "model.gguf"
+    for path in (engine, model):
+        path.write_bytes(os.urandom(4 << 20))
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import mmap,sys; f=[open(p,'rb') for p in sys.argv[1:]]; m=[mmap.mmap(h.fileno(),0,"
+         "access=mmap.ACCESS_READ) for h in f]\nfor _ in iter(sys.stdin.readline, ''):\n"
+         " print(sum(m[0][i] for i in range(0, len(m[0]), 4096)), flush=True)", str(engine), str(model)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        wait_for("the holder's two mappings", lambda: sum(
+            str(base) in line for line in Path(f"/proc/{holder.pid}/maps").read_text().splitlines()) == 2)
+        pagecache.drop(NATIVE_BIN, [str(engine), str(model)])  # mapped but never touched: DONTNEED evicts them
+        assert [r["resident_pct"] for r in pagecache.residency(NATIVE_BIN, [str(engine), str(model)])] == [0, 0]
+        assert warm_engine_files(NATIVE_BIN, holder.pid, str(model))["files"] >= 2  # + python and its libraries
+        engine_row, model_row = pagecache.residency(NATIVE_BIN, [str(engine), str(model)])
+        assert engine_row["resident_pct"] == 100 and model_row["resident_pct"] == 0
+        majflt_before = proc_stat(holder.pid)["majflt"]
+        holder.stdin.write(b"touch\n")
+        holder.stdin.flush()
+        holder.stdout.readline()
+        assert proc_stat(holder.pid)["majflt"] == majflt_before  # the engine's pages came from the cache
+    finally:
+        holder.kill()
+        holder.wait()
+        for path in (engine, model):
+            path.unlink()
+        base.rmdir()
 
 
 def test_decode_window_and_token_times() -> None:

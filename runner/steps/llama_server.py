@@ -18,7 +18,7 @@ from runner.probes.blockdev import blockstat_line, resolve_block_device
 from runner.steps.base import StepFailed
 from runner.steps.llama_http import health, stream_completion
 from runner.steps.llamacpp import check_model, engine_binary
-from runner.steps.pageout import make_cold
+from runner.steps.pageout import make_cold, warm_engine_files
 from runner.util import read_text, tail
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -182,6 +182,8 @@ def _schedule(spec):
 def _one_request(ctx, proc, spec, native_bin, device, port, condition, prompt, timeout_s):
     record = {"cache": condition, "prompt": prompt, "n_predict": spec["n_predict"],
               "decode_window": spec.get("decode_window")}
+    # first the engine's own files (so that the model's residency below is what the request meets), then the model
+    record["engine_files"] = warm_engine_files(native_bin, proc.pid, spec["model"])
     if condition == "cold":
         record["pageout"], residency = make_cold(native_bin, proc.pid, spec["model"])
     else:

@@ -16,15 +16,37 @@ class _IoVec(ctypes.Structure):
 SYS_PIDFD_OPEN, SYS_PROCESS_MADVISE, MADV_PAGEOUT = 434, 440, 21
 
 
-def _mapped_ranges(pid, path):
-    real = os.path.realpath(path)
-    ranges = []
+def _maps(pid):
+    """(start, length, path) of each file-backed mapping of ``pid``; [] where there is no /proc (macOS)."""
+    out = []
     for line in (read_text("/proc/%d/maps" % pid, "") or "").splitlines():
         parts = line.split(None, 5)
-        if len(parts) == 6 and parts[5] == real:
+        if len(parts) == 6 and parts[5].startswith("/"):
             start, end = (int(x, 16) for x in parts[0].split("-"))
-            ranges.append((start, end - start))
-    return ranges
+            out.append((start, end - start, parts[5]))
+    return out
+
+
+def _mapped_ranges(pid, path):
+    real = os.path.realpath(path)
+    return [(start, n) for start, n, mapped in _maps(pid) if mapped == real]
+
+
+def warm_engine_files(native_bin, pid, model):
+    """Read into the page cache every file ``pid`` maps except the model: its executable, shared libraries, locale.
+
+    A request's major faults and device reads are meant to be the model's. Code first run by a request (sampling,
+    streaming, a libm routine) faults its page in from the device when that page is not cached, which a long
+    session or a cold-cache purge makes likely; reading these files beforehand turns those faults minor. Returns
+    the files read, or an error string (the request is measured all the same).
+    """
+    real = os.path.realpath(model)
+    files = sorted({path for _, _, path in _maps(pid) if path != real and os.path.isfile(path)})
+    try:
+        pagecache.prefetch(native_bin, files)
+    except pagecache.CacheStateError as exc:
+        return {"files": len(files), "error": str(exc)}
+    return {"files": len(files)}
 
 
 def page_out(pid, path):
