@@ -113,19 +113,29 @@ def test_request_without_first_token_keeps_its_row() -> None:
     assert row["request"] == 0 and row["decode_s"] is None and row["request_dev_read_bytes"] is None
 
 
-def test_cold_pages_out_a_file_another_process_maps(tmp_path: Path) -> None:
-    # fadvise(DONTNEED) alone leaves mapped pages; a llama-server maps its whole model
-    path = Path("/var/tmp/harness-tests") / f"mapped-{os.getpid()}.bin"
+def _synced_random_file(path: Path, nbytes: int) -> Path:
+    """``nbytes`` of random data at ``path``, on the disk (so that a dropped page must be read from the device)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(os.urandom(8 << 20))
+    path.write_bytes(os.urandom(nbytes))
     fd = os.open(path, os.O_RDONLY)
     os.fsync(fd)
     os.close(fd)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import mmap,sys; f=open(sys.argv[1],'rb'); m=mmap.mmap(f.fileno(),0,"
-         "access=mmap.ACCESS_READ)\nfor _ in iter(sys.stdin.readline, ''):\n"
-         " print(sum(m[i] for i in range(0, len(m), 4096)), flush=True)", str(path)],
+    return path
+
+
+def _mapping_holder(*paths: Path) -> subprocess.Popen[bytes]:
+    """A process that maps ``paths`` (read-only, untouched) and touches every page of the first per stdin line."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import mmap,sys; f=[open(p,'rb') for p in sys.argv[1:]]; m=[mmap.mmap(h.fileno(),0,"
+         "access=mmap.ACCESS_READ) for h in f]\nfor _ in iter(sys.stdin.readline, ''):\n"
+         " print(sum(m[0][i] for i in range(0, len(m[0]), 4096)), flush=True)", *map(str, paths)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def test_cold_pages_out_a_file_another_process_maps(tmp_path: Path) -> None:
+    # fadvise(DONTNEED) alone leaves mapped pages; a llama-server maps its whole model
+    path = _synced_random_file(Path("/var/tmp/harness-tests") / f"mapped-{os.getpid()}.bin", 8 << 20)
+    holder = _mapping_holder(path)
     try:
         holder.stdin.write(b"touch\n")
         holder.stdin.flush()
@@ -151,18 +161,10 @@ def test_a_request_meets_the_servers_own_files_cached_and_the_model_as_it_was(tm
     # code a request runs first (sampling, streaming, a libm routine) would fault in from the device and count as
     # the model's faults: every file the server maps but the model is read into the cache before the request
     base = Path("/var/tmp/harness-tests") / f"engine-{os.getpid()}"
-    base.mkdir(parents=True, exist_ok=True)
     engine, model = base / "libengine.so", base / "model.gguf"
     for path in (engine, model):
-        path.write_bytes(os.urandom(4 << 20))
-        fd = os.open(path, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import mmap,sys; f=[open(p,'rb') for p in sys.argv[1:]]; m=[mmap.mmap(h.fileno(),0,"
-         "access=mmap.ACCESS_READ) for h in f]\nfor _ in iter(sys.stdin.readline, ''):\n"
-         " print(sum(m[0][i] for i in range(0, len(m[0]), 4096)), flush=True)", str(engine), str(model)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        _synced_random_file(path, 4 << 20)
+    holder = _mapping_holder(engine, model)
     try:
         wait_for("the holder's two mappings", lambda: sum(
             str(base) in line for line in Path(f"/proc/{holder.pid}/maps").read_text().splitlines()) == 2)
