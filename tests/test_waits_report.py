@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.figures.waits import sampled_summary, wait_lines, wait_summary
+from harness.figures.waits import disagreement, sampled_summary, wait_lines, wait_summary
 
 MS = 1_000_000
 PARAMS = ["read_ahead_kb"]
@@ -68,3 +68,23 @@ def test_sampled_shares_are_the_working_threads_mean(result_set: Tables) -> None
 def test_report_says_whose_mean_it_is(result_set: Tables) -> None:
     text = "\n".join(wait_lines(result_set, PARAMS))  # type: ignore[arg-type]
     assert "mean over the threads that worked" in text and "idle threads" in text
+
+
+def test_samples_and_counters_are_compared_on_the_same_threads_over_the_same_span(result_set: Tables) -> None:
+    # the decode window runs on for 500 ms past the counters' last read, thread 1 running all along: the samples'
+    # own table counts that, the comparison does not (a warm decode is one or two counter intervals long); and the
+    # threads compared are the ones that worked by the counters, whatever the samples of the others say
+    late = [{"run_id": "r1", "t_ns": (1050 + i * 100) * MS, "tid": 1, "state": "R", "class": None} for i in range(5)]
+    threads = pd.concat([result_set.table("threads"), pd.DataFrame(late)], ignore_index=True)
+    threads.loc[threads["tid"] == 10, ["state", "class"]] = ["R", None]  # asleep by the counters
+    requests = pd.DataFrame({"run_id": ["r1"], "t_first_token_ns": [0], "t_end_ns": [1500 * MS]})
+    tables = Tables(**{**result_set.tables, "threads": threads, "requests": requests})
+    (own,) = sampled_summary(tables, PARAMS).to_dict("records")  # type: ignore[arg-type]
+    assert own["threads"] == 3 and own["running %"] == pytest.approx((60 + 50 + 100) / 3)
+    (row,) = disagreement(tables, PARAMS).to_dict("records")  # type: ignore[arg-type]
+    assert (row["threads paired"], row["not paired"]) == (2, 10)
+    # thread 1: 4 of 10 samples R, 6 fault_io; thread 2: 5 R, 5 futex -- against 40 % run, 50 / 40 % io_wait
+    assert (row["running: sampled %"], row["running: counters %"], row["running: Δ pp"]) == pytest.approx((45, 40, 5))
+    assert (row["I/O: sampled %"], row["I/O: counters %"], row["I/O: Δ pp"]) == pytest.approx((30, 45, -15))
+    assert row["other sleep: Δ pp"] == pytest.approx(10)
+    assert "same threads over the same spans" in "\n".join(wait_lines(tables, PARAMS))  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ class whose counter the kernel did not give is None, not 0; ``available`` names 
 
 The threads sampler's view of the same window (:func:`sampled_shares`): the share of samples running and, off
 CPU, per wait class (sampler v2: the syscall each thread waits in), so both can stand side by side with their
-disagreement (:data:`MATCHING`).
+disagreement (:data:`MATCHING`), measured on the same thread over the same span (:func:`paired_shares`).
 
 Averages over threads count only the threads that WORKED in the window: on CPU, waiting for one or waiting on I/O
 for at least :data:`WORKING` of it (a llama-server has a dozen HTTP and pool threads asleep for the whole decode;
@@ -168,15 +168,48 @@ MATCHING = {"running": (("running",), ("run", "runqueue")),
 SAMPLED_WORK = ("running", "fault_io", "read_io", "gpu")  # the sampled classes in which a thread is working
 
 
+def _labels(samples: pd.DataFrame) -> np.ndarray:
+    """Each sample's SAMPLED class: running in state R, else the wait class it was sampled in."""
+    off = samples["class"].fillna("unknown") if "class" in samples else pd.Series("unknown", index=samples.index)
+    return np.where(samples["state"].to_numpy() == "R", "running", off.to_numpy())
+
+
 def sampled_shares(samples: pd.DataFrame) -> dict[str, float] | None:
     """Per class of SAMPLED, the share of each thread's samples (columns tid, state, class) averaged over the
     threads that worked (running, in I/O or GPU waits for WORKING of their samples; all of them when none did), as
     the counter shares are; None without samples."""
     if samples.empty:
         return None
-    off = samples["class"].fillna("unknown") if "class" in samples else pd.Series("unknown", index=samples.index)
-    label = np.where(samples["state"].to_numpy() == "R", "running", off.to_numpy())
-    shares = pd.crosstab(samples["tid"].to_numpy(), label, normalize="index").reindex(columns=SAMPLED, fill_value=0.0)
+    shares = pd.crosstab(samples["tid"].to_numpy(), _labels(samples), normalize="index").reindex(
+        columns=SAMPLED, fill_value=0.0)
     working = shares[shares[list(SAMPLED_WORK)].sum(axis=1) >= WORKING]
     chosen = working if not working.empty else shares
     return {**chosen.mean().to_dict(), "threads": len(chosen), "idle_threads": len(shares) - len(chosen)}
+
+
+MIN_PAIRED_SAMPLES = 10  # fewer samples in a span give shares in steps of more than 10 points: not compared
+
+
+def paired_shares(counter_rows: Iterable[Mapping[str, Any]], samples: pd.DataFrame, t0: int, t1: int,
+                  clock_ticks_per_s: int = 100) -> dict[str, float] | None:
+    """One thread, both views over the same span: the counters' reads inside [t0, t1] bound it, and the thread's
+    samples (columns t_ns, state, class) inside that span are counted. Per MATCHING group, ``"<group>: counters"``
+    and ``"<group>: sampled"`` (shares, 0-1). None when the counters have no span there, the thread did not work in
+    it (by the counters), or fewer than MIN_PAIRED_SAMPLES samples fall inside.
+
+    The cell tables average each view over its own window and its own working threads: a warm decode of a few
+    tenths of a second is one or two 100 ms counter intervals but the whole window of samples, and the two may not
+    pick the same threads. Comparing those put the demo's warm llama-server decode 10-29 points apart where the same
+    threads over the same spans differ by 1.4 points on average."""
+    counted = wait_shares(counter_rows, t0, t1, clock_ticks_per_s)
+    if counted is None or not worked(counted) or any(counted[c] is None for c in ("run", "runqueue", "io_wait")):
+        return None
+    inside = samples[(samples["t_ns"] >= counted["t_first_ns"]) & (samples["t_ns"] <= counted["t_last_ns"])]
+    if len(inside) < MIN_PAIRED_SAMPLES:
+        return None
+    labels = pd.Series(_labels(inside)).value_counts(normalize=True)
+    out: dict[str, float] = {}
+    for group, (sampled_classes, counter_classes) in MATCHING.items():
+        out[f"{group}: sampled"] = float(sum(labels.get(c, 0.0) for c in sampled_classes))
+        out[f"{group}: counters"] = float(sum(counted[c] or 0.0 for c in counter_classes))
+    return out

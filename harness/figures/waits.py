@@ -1,9 +1,9 @@
 """Where decode time goes: per run and window, the share of wall time per class (run, runqueue, io_wait, thrashing,
 reclaim, other_sleep; harness/analysis/waits.py) averaged over the step's threads, from the ``thread_counters``
 table; and beside it the threads sampler's shares of the same windows (running, and off CPU per wait class), with
-the disagreement of the two where they measure the same thing. The windows are the decode windows of llama-server
-requests (first token to end) where the requests table has them, else the whole step (its first to its last read
-or sample). report.md shows both tables, per cell."""
+the disagreement of the two where they measure the same thing, on the same threads over the same spans. The
+windows are the decode windows of llama-server requests (first token to end) where the requests table has them,
+else the whole step (its first to its last read or sample). report.md shows all three tables, per cell."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis.waits import CLASSES, MATCHING, SAMPLED, sampled_shares, wait_shares, worked
+from harness.analysis.waits import CLASSES, MATCHING, SAMPLED, paired_shares, sampled_shares, wait_shares, worked
 from harness.results.loader import ResultSet
 from harness.results.selection import usable_runs
 from harness.results.tables import REQUESTS, RUNS, THREAD_COUNTERS, THREADS
@@ -109,24 +109,53 @@ def sampled_summary(rs: ResultSet, params: list[str]) -> pd.DataFrame:
     return table.rename(columns={c: f"{c} %" for c in SAMPLED}).reset_index()
 
 
-def disagreement(sampled: pd.DataFrame, counters: pd.DataFrame) -> pd.DataFrame:
-    """Per cell in both: sampled minus counter share (percentage points) of each MATCHING pair of class groups."""
-    if sampled.empty or counters.empty:
+def paired_window_shares(counters: pd.DataFrame, threads: pd.DataFrame, requests: pd.DataFrame,
+                         run_ids: pd.Series) -> pd.DataFrame:
+    """One row per run (of ``run_ids``) and window: both views of the same threads over the same spans
+    (:func:`harness.analysis.waits.paired_shares`), averaged over the threads that could be paired."""
+    reads_of = counters[counters["kind"] == "thread"] if "kind" in counters else counters
+    out = []
+    for run_id, samples in threads[threads["run_id"].isin(run_ids)].groupby("run_id", sort=False):
+        reads = reads_of[reads_of["run_id"] == run_id]
+        if reads.empty:
+            continue
+        ticks = int(reads["clock_ticks_per_s"].dropna().iloc[0]) if reads["clock_ticks_per_s"].notna().any() else 100
+        samples_of = dict(tuple(samples.groupby("tid")))
+        rows_of = {tid: group.to_dict("records") for tid, group in reads.groupby("tid") if tid in samples_of}
+        for label, t0, t1 in _windows(str(run_id), reads, requests):
+            pairs = [p for p in (paired_shares(rows, samples_of[tid], t0, t1, ticks) for tid, rows in rows_of.items())
+                     if p is not None]
+            if pairs:
+                # not paired: asleep all along by the counters, or too few samples in the counters' span
+                out.append({"run_id": run_id, "window": label, "threads": len(pairs),
+                            "idle_threads": len(rows_of) - len(pairs), **pd.DataFrame(pairs).mean().to_dict()})
+    return pd.DataFrame(out)
+
+
+def disagreement(rs: ResultSet, params: list[str]) -> pd.DataFrame:
+    """Per cell: each MATCHING group's share by the samples and by the counters (%) on the same threads over the
+    same spans, and sampled minus counters (percentage points)."""
+    counters, threads, runs = rs.table(THREAD_COUNTERS.name), rs.table(THREADS.name), rs.table(RUNS.name)
+    if counters.empty or threads.empty or runs.empty:
         return pd.DataFrame()
-    both = sampled.merge(counters, on="cell", suffixes=("", " (counters)"))
-    out = pd.DataFrame({"cell": both["cell"]})
-    for name, (sampled_classes, counter_classes) in MATCHING.items():
-        got = sum(both[f"{c} %"] for c in sampled_classes)
-        expected = sum(both[f"{c} %"] for c in counter_classes)
-        out[f"{name}: sampled %"] = got
-        out[f"{name}: counters %"] = expected
-        out[f"{name}: Δ pp"] = got - expected
-    return out
+    ok = usable_runs(runs)
+    paired = paired_window_shares(counters, threads, rs.table(REQUESTS.name), ok["run_id"])
+    if paired.empty:
+        return pd.DataFrame()
+    columns = [f"{group}: {view}" for group in MATCHING for view in ("sampled", "counters")]
+    _, table = _cell_means(paired, ok, params, columns)
+    out = table[["windows", "threads", "idle threads"]].rename(
+        columns={"threads": "threads paired", "idle threads": "not paired"})
+    for group in MATCHING:
+        out[f"{group}: sampled %"] = table[f"{group}: sampled"]
+        out[f"{group}: counters %"] = table[f"{group}: counters"]
+        out[f"{group}: Δ pp"] = table[f"{group}: sampled"] - table[f"{group}: counters"]
+    return out.reset_index()
 
 
-def sampled_wait_lines(rs: ResultSet, params: list[str], counters: pd.DataFrame) -> list[str]:
-    """report.md's lines for the sampled shares (beside ``counters``, :func:`wait_summary`'s table) and their
-    disagreement; none without a threads table."""
+def sampled_wait_lines(rs: ResultSet, params: list[str]) -> list[str]:
+    """report.md's lines for the sampled shares (beside :func:`wait_summary`'s table) and their disagreement with the
+    counters; none without a threads table."""
     sampled = sampled_summary(rs, params)
     if sampled.empty:
         return []
@@ -135,11 +164,12 @@ def sampled_wait_lines(rs: ResultSet, params: list[str], counters: pd.DataFrame)
     if sampled[[f"{c} %" for c in SAMPLED[1:-1]]].sum().sum() == 0:
         lines += ["", "No wait classes in these samples (recorded by sampler v1, which read the state only): the "
                       "off-CPU samples are 'unknown'."]
-    compared = disagreement(sampled, counters)
+    compared = disagreement(rs, params)
     if not compared.empty:
-        lines += ["", "### Samples vs counters (Δ = sampled − counters, percentage points; running = run + runqueue, "
-                      "I/O = io_wait + thrashing vs fault_io + read_io, other sleep = other_sleep vs futex + gpu + "
-                      "idle + other)", "", _markdown(compared)]
+        lines += ["", "### Samples vs counters, on the same threads over the same spans (each thread that worked, "
+                      "between the counters' first and last read in the window; Δ = sampled − counters, percentage "
+                      "points; running = run + runqueue, I/O = io_wait + thrashing vs fault_io + read_io, other "
+                      "sleep = other_sleep vs futex + gpu + idle + other)", "", _markdown(compared)]
     return lines
 
 
@@ -151,7 +181,7 @@ def wait_lines(rs: ResultSet, params: list[str]) -> list[str]:
     """report.md's "Where decode time goes": the counters' table, then the samples' and their disagreement; none
     when the set has neither."""
     counters = wait_summary(rs, params)
-    sampled = sampled_wait_lines(rs, params, counters)
+    sampled = sampled_wait_lines(rs, params)
     if counters.empty and not sampled:
         return []
     return ["", "## Where decode time goes (share of wall time per class, mean over the threads that worked: on "
