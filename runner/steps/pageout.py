@@ -32,21 +32,35 @@ def _mapped_ranges(pid, path):
     return [(start, n) for start, n, mapped in _maps(pid) if mapped == real]
 
 
+# A CPU build's executable and libraries are tens of MiB; a CUDA build maps libcublasLt & co (hundreds of MiB,
+# mostly never touched): reading those whole would take memory from the model on an 8 GiB board, so they are left.
+ENGINE_FILE_MAX_BYTES = 64 << 20
+
+
 def warm_engine_files(native_bin, pid, model):
-    """Read into the page cache every file ``pid`` maps except the model: its executable, shared libraries, locale.
+    """Read into the page cache the files ``pid`` maps other than the model -- its executable, shared libraries,
+    locale data -- where they are not wholly cached already and at most ENGINE_FILE_MAX_BYTES each.
 
     A request's major faults and device reads are meant to be the model's. Code first run by a request (sampling,
     streaming, a libm routine) faults its page in from the device when that page is not cached, which a long
     session or a cold-cache purge makes likely; reading these files beforehand turns those faults minor. Returns
-    the files read, or an error string (the request is measured all the same).
+    how many files were mapped and read, the larger ones left uncached (``left``), and an error string where
+    reading failed (the request is measured all the same).
     """
     real = os.path.realpath(model)
     files = sorted({path for _, _, path in _maps(pid) if path != real and os.path.isfile(path)})
+    out = {"files": len(files), "read": 0}
     try:
-        pagecache.prefetch(native_bin, files)
+        partial = [r for r in pagecache.residency(native_bin, files) if r["pages_resident"] < r["pages_total"]]
+        small = [r["path"] for r in partial if r["size_bytes"] <= ENGINE_FILE_MAX_BYTES]
+        pagecache.prefetch(native_bin, small)
     except pagecache.CacheStateError as exc:
-        return {"files": len(files), "error": str(exc)}
-    return {"files": len(files)}
+        return {**out, "error": str(exc)}
+    out["read"] = len(small)
+    left = [r["path"] for r in partial if r["size_bytes"] > ENGINE_FILE_MAX_BYTES]
+    if left:
+        out["left"] = left
+    return out
 
 
 def page_out(pid, path):
