@@ -241,8 +241,8 @@ def request_row(rec: dict[str, Any]) -> dict[str, Any]:
                            "t_first_token_ns": first["mono_ns"] if first else None,
                            "t_end_ns": end["mono_ns"] if end else None}
     residency = rec.get("residency_before_pct")
-    # the server's executable and libraries were read into the cache first, so that a request's faults are the
-    # model's; where that failed the row says why (records from before it have no entry)
+    # the server's executable and libraries (those not wholly cached, up to 64 MiB each) were read into the cache
+    # first, so that a request's faults are the model's; where that failed the row says why (older records: None)
     row["engine_files_error"] = (rec.get("engine_files") or {}).get("error")
     if rec.get("cache") == "cold":
         # the methodology's bound for a cold start; where the kernel cannot page out a mapping, rows say so

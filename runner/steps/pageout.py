@@ -1,4 +1,6 @@
-"""A cold request to a running llama-server: evict the model's pages, including those the server has mapped."""
+"""The page cache around a request to a running llama-server: a cold request evicts the model's pages, including
+those the server has mapped; before any request the server's own files (executable, libraries) are read in, so that
+the request's faults are the model's."""
 
 import ctypes
 import os
