@@ -50,7 +50,9 @@ def warm_engine_files(native_bin, pid, model):
     reading failed (the request is measured all the same).
     """
     real = os.path.realpath(model)
-    files = sorted({path for _, _, path in _maps(pid) if path != real and os.path.isfile(path)})
+    # readable ones only: on Android the server maps /apex and /system files the shell user may not open
+    files = sorted({path for _, _, path in _maps(pid)
+                    if path != real and os.path.isfile(path) and os.access(path, os.R_OK)})
     out = {"files": len(files), "read": 0}
     try:
         partial = [r for r in pagecache.residency(native_bin, files) if r["pages_resident"] < r["pages_total"]]
