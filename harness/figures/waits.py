@@ -29,14 +29,24 @@ def _windows(run_id: str, reads: pd.DataFrame, requests: pd.DataFrame) -> list[t
     return [("step", int(reads["t_ns"].min()), int(reads["t_ns"].max()))]
 
 
+def _thread_reads(counters: pd.DataFrame) -> pd.DataFrame:
+    """The per-thread rows of the thread_counters table (it also holds the process's and the cgroup's)."""
+    return counters[counters["kind"] == "thread"] if "kind" in counters else counters
+
+
+def _clock_ticks(reads: pd.DataFrame) -> int:
+    """The run's USER_HZ (for blkio_ticks), as the counters recorded it; 100 where they did not."""
+    known = reads["clock_ticks_per_s"].dropna()
+    return int(known.iloc[0]) if not known.empty else 100
+
+
 def window_shares(counters: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per run and window: each class's share of wall time averaged over the threads with two reads
     inside it that worked in it (:func:`harness.analysis.waits.worked`), the threads counted and the idle ones,
     the overlap the counters claimed beyond the off-CPU time, the counters seen."""
-    threads = counters[counters["kind"] == "thread"] if "kind" in counters else counters
     out = []
-    for run_id, reads in threads.groupby("run_id", sort=False):
-        ticks = int(reads["clock_ticks_per_s"].dropna().iloc[0]) if reads["clock_ticks_per_s"].notna().any() else 100
+    for run_id, reads in _thread_reads(counters).groupby("run_id", sort=False):
+        ticks = _clock_ticks(reads)
         by_thread = [group.to_dict("records") for _tid, group in reads.groupby("tid")]
         for label, t0, t1 in _windows(str(run_id), reads, requests):
             every = [s for s in (wait_shares(rows, t0, t1, ticks) for rows in by_thread) if s is not None]
@@ -113,13 +123,13 @@ def paired_window_shares(counters: pd.DataFrame, threads: pd.DataFrame, requests
                          run_ids: pd.Series) -> pd.DataFrame:
     """One row per run (of ``run_ids``) and window: both views of the same threads over the same spans
     (:func:`harness.analysis.waits.paired_shares`), averaged over the threads that could be paired."""
-    reads_of = counters[counters["kind"] == "thread"] if "kind" in counters else counters
+    reads_of = dict(tuple(_thread_reads(counters).groupby("run_id", sort=False)))
     out = []
     for run_id, samples in threads[threads["run_id"].isin(run_ids)].groupby("run_id", sort=False):
-        reads = reads_of[reads_of["run_id"] == run_id]
-        if reads.empty:
+        reads = reads_of.get(run_id)
+        if reads is None:
             continue
-        ticks = int(reads["clock_ticks_per_s"].dropna().iloc[0]) if reads["clock_ticks_per_s"].notna().any() else 100
+        ticks = _clock_ticks(reads)
         samples_of = dict(tuple(samples.groupby("tid")))
         rows_of = {tid: group.to_dict("records") for tid, group in reads.groupby("tid") if tid in samples_of}
         for label, t0, t1 in _windows(str(run_id), reads, requests):
