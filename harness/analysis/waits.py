@@ -190,20 +190,20 @@ def sampled_shares(samples: pd.DataFrame) -> dict[str, float] | None:
 MIN_PAIRED_SAMPLES = 10  # fewer samples in a span give shares in steps of more than 10 points: not compared
 
 
-def paired_shares(counter_rows: Iterable[Mapping[str, Any]], samples: pd.DataFrame, t0: int, t1: int,
-                  clock_ticks_per_s: int = 100) -> dict[str, float] | None:
-    """One thread, both views over the same span: the counters' reads inside [t0, t1] bound it, and the thread's
-    samples (columns t_ns, state, class) inside that span are counted. Per MATCHING group, ``"<group>: counters"``
-    and ``"<group>: sampled"`` (shares, 0-1). None when the counters have no span there, the thread did not work in
-    it (by the counters), or fewer than MIN_PAIRED_SAMPLES samples fall inside.
+def paired_shares(counted: Mapping[str, Any], samples: pd.DataFrame) -> dict[str, float] | None:
+    """One thread, both views over the same span: ``counted`` is its counter shares over a window
+    (:func:`wait_shares`; its first and last read inside the window bound the span), and the thread's samples
+    (columns t_ns, state, class) inside that span are counted. Per MATCHING group, ``"<group>: counters"`` and
+    ``"<group>: sampled"`` (shares, 0-1). None when the thread did not work in the window (by the counters:
+    :func:`worked`), a counter the groups need is missing, or fewer than MIN_PAIRED_SAMPLES samples fall inside.
 
     The cell tables average each view over its own window and its own working threads: a warm decode of a few
     tenths of a second is one or two 100 ms counter intervals but the whole window of samples, and the two may not
     pick the same threads. Comparing those put the demo's warm llama-server decode 10-29 points apart where the same
     threads over the same spans differ by 1.4 points on average."""
-    counted = wait_shares(counter_rows, t0, t1, clock_ticks_per_s)
-    if counted is None or not worked(counted) or any(counted[c] is None for c in ("run", "runqueue", "io_wait")):
-        return None
+    if not worked(counted) or any(counted[c] is None or counted[c] != counted[c] for c in ("run", "runqueue",
+                                                                                             "io_wait")):
+        return None  # (a missing counter is None in wait_shares' dict, NaN once it went through a DataFrame)
     inside = samples[(samples["t_ns"] >= counted["t_first_ns"]) & (samples["t_ns"] <= counted["t_last_ns"])]
     if len(inside) < MIN_PAIRED_SAMPLES:
         return None
@@ -211,5 +211,11 @@ def paired_shares(counter_rows: Iterable[Mapping[str, Any]], samples: pd.DataFra
     out: dict[str, float] = {}
     for group, (sampled_classes, counter_classes) in MATCHING.items():
         out[f"{group}: sampled"] = float(sum(labels.get(c, 0.0) for c in sampled_classes))
-        out[f"{group}: counters"] = float(sum(counted[c] or 0.0 for c in counter_classes))
+        out[f"{group}: counters"] = float(sum(_share(counted, c) for c in counter_classes))
     return out
+
+
+def _share(counted: Mapping[str, Any], name: str) -> float:
+    """A class's share of a thread's counter shares, 0 where its counter was missing (None, or NaN)."""
+    value = counted.get(name)
+    return 0.0 if value is None or value != value else float(value)

@@ -40,24 +40,37 @@ def _clock_ticks(reads: pd.DataFrame) -> int:
     return int(known.iloc[0]) if not known.empty else 100
 
 
-def window_shares(counters: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """One row per run and window: each class's share of wall time averaged over the threads with two reads
-    inside it that worked in it (:func:`harness.analysis.waits.worked`), the threads counted and the idle ones,
-    the overlap the counters claimed beyond the off-CPU time, the counters seen."""
+def counted_threads(counters: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per run, window and thread the counters read at least twice inside the window: run_id, window (its
+    label), w (its index in the run), tid, the thread's shares over it (:func:`harness.analysis.waits.wait_shares`)
+    and ``worked`` (:func:`harness.analysis.waits.worked`). The one choice of a window's working threads: the
+    counters' table, the paired comparison and F2 (harness/figures/threads.py) all take it from here."""
     out = []
     for run_id, reads in _thread_reads(counters).groupby("run_id", sort=False):
         ticks = _clock_ticks(reads)
-        by_thread = [group.to_dict("records") for _tid, group in reads.groupby("tid")]
-        for label, t0, t1 in _windows(str(run_id), reads, requests):
-            every = [s for s in (wait_shares(rows, t0, t1, ticks) for rows in by_thread) if s is not None]
-            shares = [s for s in every if worked(s)] or every  # the threads that worked (all when none did)
-            if not shares:
-                continue
-            frame = pd.DataFrame(shares)
-            out.append({"run_id": run_id, "window": label, "threads": len(shares),
-                        "idle_threads": len(every) - len(shares),
-                        **{c: frame[c].mean() for c in CLASSES}, "overlap_s": frame["overlap_s"].sum(),
-                        "counters": ",".join(sorted(set().union(*frame["available"])))})
+        by_thread = [(int(tid), group.to_dict("records")) for tid, group in reads.groupby("tid")]
+        for w, (label, t0, t1) in enumerate(_windows(str(run_id), reads, requests)):
+            for tid, rows in by_thread:
+                shares = wait_shares(rows, t0, t1, ticks)
+                if shares is not None:
+                    out.append({"run_id": run_id, "window": label, "w": w, "tid": tid, **shares,
+                                "worked": worked(shares)})
+    return pd.DataFrame(out)
+
+
+def window_shares(counters: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per run and window: each class's share of wall time averaged over the threads with two reads
+    inside it that worked in it (:func:`counted_threads`), the threads counted and the idle ones, the overlap the
+    counters claimed beyond the off-CPU time, the counters seen."""
+    out = []
+    counted = counted_threads(counters, requests)
+    for (run_id, _w), every in (counted.groupby(["run_id", "w"], sort=False) if not counted.empty else ()):
+        frame = every[every["worked"]]
+        frame = frame if not frame.empty else every  # the threads that worked (all when none did)
+        out.append({"run_id": run_id, "window": every["window"].iloc[0], "threads": len(frame),
+                    "idle_threads": len(every) - len(frame), **{c: frame[c].mean() for c in CLASSES},
+                    "overlap_s": frame["overlap_s"].sum(),
+                    "counters": ",".join(sorted(set().union(*frame["available"])))})
     return pd.DataFrame(out)
 
 
@@ -123,22 +136,24 @@ def paired_window_shares(counters: pd.DataFrame, threads: pd.DataFrame, requests
                          run_ids: pd.Series) -> pd.DataFrame:
     """One row per run (of ``run_ids``) and window: both views of the same threads over the same spans
     (:func:`harness.analysis.waits.paired_shares`), averaged over the threads that could be paired."""
-    reads_of = dict(tuple(_thread_reads(counters).groupby("run_id", sort=False)))
+    counted = counted_threads(counters, requests)
+    if counted.empty:
+        return pd.DataFrame()
+    counted_of = dict(tuple(counted.groupby("run_id", sort=False)))
+    read_tids = _thread_reads(counters).groupby("run_id")["tid"].unique()
     out = []
     for run_id, samples in threads[threads["run_id"].isin(run_ids)].groupby("run_id", sort=False):
-        reads = reads_of.get(run_id)
-        if reads is None:
+        if run_id not in counted_of:
             continue
-        ticks = _clock_ticks(reads)
         samples_of = dict(tuple(samples.groupby("tid")))
-        rows_of = {tid: group.to_dict("records") for tid, group in reads.groupby("tid") if tid in samples_of}
-        for label, t0, t1 in _windows(str(run_id), reads, requests):
-            pairs = [p for p in (paired_shares(rows, samples_of[tid], t0, t1, ticks) for tid, rows in rows_of.items())
-                     if p is not None]
+        candidates = sum(tid in samples_of for tid in read_tids[run_id])  # read by the counters and sampled
+        for (_w, label), window in counted_of[run_id].groupby(["w", "window"], sort=False):
+            pairs = [p for p in (paired_shares(row, samples_of[row["tid"]]) for row in window.to_dict("records")
+                                 if row["tid"] in samples_of) if p is not None]
             if pairs:
                 # not paired: asleep all along by the counters, or too few samples in the counters' span
                 out.append({"run_id": run_id, "window": label, "threads": len(pairs),
-                            "idle_threads": len(rows_of) - len(pairs), **pd.DataFrame(pairs).mean().to_dict()})
+                            "idle_threads": candidates - len(pairs), **pd.DataFrame(pairs).mean().to_dict()})
     return pd.DataFrame(out)
 
 
