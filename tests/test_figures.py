@@ -305,6 +305,120 @@ def test_thread_states_fractions_of_a_hand_made_threads_table() -> None:
     assert stats.loc[server_group, (running, "max")] == pytest.approx(0.6)
 
 
+MS = 1_000_000
+SERVER_CELL, IDLE_CELL = "llama-server decode · read_ahead_kb=128 cold", "llama-server decode · read_ahead_kb=8192 cold"
+
+
+def _server_samples(run_id: str, tid: int, states: str, classes: list[str | None],
+                    stime: list[int | None] | None = None) -> list[dict[str, Any]]:
+    """Ten samples 100 ms apart inside the decode window [0, 1 s] (sampler v2: stat read at two of them)."""
+    stime = stime or [None] * 10
+    return [{"run_id": run_id, "t_ns": i * 100 * MS, "tid": tid, "state": s, "class": c, "utime_ticks": t,
+             "stime_ticks": t} for i, (s, c, t) in enumerate(zip(states, classes, stime, strict=True))]
+
+
+def _idle_counters(run_id: str, tid: int, run_ms: int = 0, blkio_ms: int = 0) -> list[dict[str, Any]]:
+    """Two counter reads 1 s apart: ``run_ms`` on CPU, ``blkio_ms`` in block I/O, the rest asleep."""
+    first = {"run_id": run_id, "kind": "thread", "tid": tid, "t_ns": 0, "run_ns": 0, "runqueue_ns": 0,
+             "blkio_delay_ns": 0, "thrashing_delay_ns": 0, "freepages_delay_ns": 0, "clock_ticks_per_s": 100}
+    return [first, {**first, "t_ns": 1000 * MS, "run_ns": run_ms * MS, "blkio_delay_ns": blkio_ms * MS}]
+
+
+def fourteen_threads(pid: str) -> dict[str, pd.DataFrame]:
+    """A llama-server decode of 14 threads of which 2 compute (thread 1: R 4, fault_io 6; thread 2: R 5, futex 5)
+    and the rest park in epoll -- but thread 3 (HTTP) is sampled running once, thread 4 gains CPU ticks between the
+    two stat reads without a running sample, thread 5 runs only after the window; by the counters they are idle
+    (1 and 2 % on CPU). A second cell: three threads asleep throughout, no counters. ``pid``: no column, one per
+    row, or one missing (None) in the rows of one cell."""
+    idle = ["idle"] * 10
+    samples = (_server_samples("s1", 1, "RRRRDDDDDD", [None] * 4 + ["fault_io"] * 6)
+               + _server_samples("s1", 2, "RRRRR-----", [None] * 5 + ["futex"] * 5)
+               + _server_samples("s1", 3, "S----R----", [*idle[:5], None, *idle[:4]])
+               + _server_samples("s1", 4, "S---------", idle, [5, *[None] * 8, 7]))
+    for tid in range(5, 15):
+        samples += _server_samples("s1", tid, "S" + "-" * 9, idle)
+    samples.append({"run_id": "s1", "t_ns": 1500 * MS, "tid": 5, "state": "R", "class": None})  # after the window
+    for tid in (21, 22, 23):
+        samples += _server_samples("s2", tid, "S" + "-" * 9, idle, [3, *[None] * 8, 3])
+    threads = pd.DataFrame(samples)
+    if pid == "per row":
+        threads["pid"] = np.where(threads["run_id"] == "s1", 1, 21)
+    elif pid == "missing":
+        threads["pid"] = np.where(threads["run_id"] == "s1", 1, None)
+    counters = _idle_counters("s1", 1, 400, 500) + _idle_counters("s1", 2, 500) + _idle_counters("s1", 3, 10)
+    counters += _idle_counters("s1", 4, 20)
+    for tid in range(5, 15):
+        counters += _idle_counters("s1", tid)
+    runs = pd.DataFrame({"run_id": ["s1", "s2"], "index": [1, 2], "status": "ok", "step": "llama-server",
+                         "step_label": "llama-server", "cache": "cold", "read_ahead_kb": [128, 8192], "target": "b"})
+    requests = pd.DataFrame({"run_id": ["s1", "s2"], "t_first_token_ns": [0, 0], "t_end_ns": [1000 * MS] * 2})
+    return {"runs": runs, "threads": threads, "thread_counters": pd.DataFrame(counters), "requests": requests}
+
+
+def draw_thread_states(tables: dict[str, pd.DataFrame], out: Path) -> dict[str, Any]:
+    paths = FIGURES["thread_states"].draw(context_of(tables, out))
+    return png_numbers(next(p for p in paths if p.suffix == ".png"))
+
+
+@pytest.mark.parametrize("pid", ["no column", "per row", "missing"])
+def test_thread_states_range_over_the_2_of_14_threads_the_counters_say_worked(
+        pid: str, tmp_path: Path, kept_figures: list[MplFigure]) -> None:
+    numbers = draw_thread_states(fourteen_threads(pid), tmp_path)
+    running, waiting, sleeping = CLASSES
+    cell = numbers[SERVER_CELL]
+    assert (cell["threads_worked"], cell["threads"], cell["working_by"]) == (2, 14, "counters")
+    assert cell[running] == {"min": 0.4, "median": 0.45, "max": 0.5}  # threads 1 and 2 only: not 0 from the idle
+    assert cell[waiting] == {"min": 0.0, "median": 0.3, "max": 0.6}
+    assert cell[sleeping] == {"min": 0.0, "median": 0.25, "max": 0.5}
+    # the class panel is the compute threads' off-CPU samples (6 fault_io, 5 futex), not the parked threads' epoll
+    assert cell["off_cpu_by_class"]["fault_io"] == pytest.approx(6 / 11, abs=1e-5)
+    assert cell["off_cpu_by_class"]["idle"] == 0
+    assert cell["any_d"] == pytest.approx(0.6)  # the process in I/O wait: over all its threads, as before
+    (fig,) = kept_figures
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[0] == f"{SERVER_CELL}\n2 of 14 threads worked (by counters)"
+    assert overlapping_texts(fig) == []
+
+
+def test_thread_states_without_counters_choose_the_threads_by_their_samples(tmp_path: Path) -> None:
+    tables = {**fourteen_threads("no column"), "thread_counters": pd.DataFrame()}
+    cell = draw_thread_states(tables, tmp_path)[SERVER_CELL]
+    # 1 and 2 ran; 3 was sampled running once; 4 gained CPU ticks; 5 ran only after the window
+    assert (cell["threads_worked"], cell["threads"], cell["working_by"]) == (4, 14, "samples")
+    assert cell[CLASSES[0]] == {"min": 0.0, "median": 0.25, "max": 0.5}  # 0.4, 0.5, 0.1, 0
+
+
+def test_thread_states_cell_where_no_thread_worked_says_so(tmp_path: Path, kept_figures: list[MplFigure]) -> None:
+    numbers = draw_thread_states(fourteen_threads("no column"), tmp_path)
+    cell = numbers[IDLE_CELL]
+    assert (cell["threads_worked"], cell["threads"], cell["working_by"]) == (0, 3, "samples")
+    assert all(cell[cls] == {"min": None, "median": None, "max": None} for cls in CLASSES)
+    assert all(v is None for v in cell["off_cpu_by_class"].values())
+    (fig,) = kept_figures
+    said = [t for ax in fig.axes[:3] for t in ax.texts if t.get_text() == "no thread worked"]
+    assert len(said) == 3 and {t.get_position()[1] for t in said} == {1}  # on the second row, in each range panel
+    assert fig.axes[0].get_yticklabels()[1].get_text().endswith("0 of 3 threads worked (by samples)")
+
+
+def test_thread_states_median_marks_stay_visible_at_the_ends_and_over_a_range_of_one_value(
+        tmp_path: Path, kept_figures: list[MplFigure]) -> None:
+    # thread 1 alone worked: each range is one value (min = max: no line to draw), and its sleep is 0 %, on the axis
+    tables = fourteen_threads("no column")
+    tables["threads"] = tables["threads"][tables["threads"]["tid"] != 2]
+    tables["thread_counters"] = tables["thread_counters"][tables["thread_counters"]["tid"] != 2]
+    draw_thread_states(tables, tmp_path)
+    (fig,) = kept_figures
+    for ax, value in zip(fig.axes[:3], (0.4, 0.6, 0.0), strict=True):
+        low, high = ax.get_xlim()
+        assert low < 0 and high > 1  # a mark at 0 % or 100 % is not drawn on a spine
+        (mark,) = [line for line in ax.get_lines() if line.get_marker() == "|"]
+        ends = [line for line in ax.get_lines() if line.get_marker() == "o"]
+        assert mark.get_xdata()[0] == pytest.approx(value)
+        assert [line.get_xdata()[0] for line in ends] == pytest.approx([value, value])  # dots where no line is
+        assert all(not line.get_clip_on() for line in [mark, *ends])
+        assert mark.get_zorder() > max(line.get_zorder() for line in ends)  # the median's mark on top
+
+
 def _bound_inputs(with_fio: bool) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     runs = pd.DataFrame({"run_id": ["s1", "s2", "f1"], "index": [1, 2, 3], "status": "ok", "round": 1,
                          "step": ["llama-server", "llama-server", "fio"], "cache": "cold", "target": "b",
