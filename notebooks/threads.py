@@ -26,7 +26,7 @@ from IPython.display import Image, display
 
 from harness.figures.notebook import draw_group, open_set
 from harness.figures.threads import thread_range, thread_state_table
-from harness.results.tables import REQUESTS, RUNS, THREADS
+from harness.results.tables import REQUESTS, RUNS, THREAD_COUNTERS, THREADS
 
 rs, context = open_set()
 
@@ -36,17 +36,20 @@ rs, context = open_set()
 # Groups are `<step> · <variant>`; `llama-server decode` groups hold only the samples inside the requests'
 # decode windows (first token to last), the others every sample of the run. `any_d` is the fraction of sample
 # instants at which at least one thread of the process was in D: how much of the time the process as a whole
-# waited on the device.
+# waited on the device. `threads_worked` of `threads` did work in the windows (`worked_by`: the kernel counters
+# where the run has them, as report.md's tables choose them, else the samples): the ranges below and the wait-class
+# shares are over those, not over the HTTP and pool threads parked through the decode.
 
 # %%
 per_thread, per_group = thread_state_table(rs.table(RUNS.name), rs.table(THREADS.name), rs.table(REQUESTS.name),
-                                           context.params)
+                                           context.params, rs.table(THREAD_COUNTERS.name))
 per_group
 
 # %% [markdown]
-# ## Per cell and state: the range over threads
+# ## Per cell and state: the range over the threads that worked
 #
-# Min, median and max over the cell's threads of each thread's fraction of samples in R, D and S.
+# Min, median and max over the cell's working threads of each thread's fraction of samples in R, D and S (NaN in
+# a cell where none worked).
 
 # %%
 thread_range(per_thread) if not per_thread.empty else per_thread
@@ -54,8 +57,9 @@ thread_range(per_thread) if not per_thread.empty else per_thread
 # %% [markdown]
 # ## The figures
 #
-# - `thread_states` (F2): per cell, one panel per state class (the bar spans the threads' min to max, the tick is
-#   the median), and the fraction of instants with at least one thread in D. Compare the threads sweep's cells:
+# - `thread_states` (F2): per cell, one panel per state class (the bar spans the working threads' min to max, the
+#   tick is the median; each row says how many of how many threads worked), and the fraction of instants with at
+#   least one thread in D. Compare the threads sweep's cells:
 #   where adding threads adds D time and not R time, the drive, not the CPU, sets the pace.
 #
 # A figure whose tables the set lacks is listed as `not drawn: NAME (no X table)`.

@@ -309,12 +309,12 @@ MS = 1_000_000
 SERVER_CELL, IDLE_CELL = "llama-server decode · read_ahead_kb=128 cold", "llama-server decode · read_ahead_kb=8192 cold"
 
 
-def _server_samples(run_id: str, tid: int, states: str, classes: list[str | None],
-                    stime: list[int | None] | None = None) -> list[dict[str, Any]]:
-    """Ten samples 100 ms apart inside the decode window [0, 1 s] (sampler v2: stat read at two of them)."""
-    stime = stime or [None] * 10
-    return [{"run_id": run_id, "t_ns": i * 100 * MS, "tid": tid, "state": s, "class": c, "utime_ticks": t,
-             "stime_ticks": t} for i, (s, c, t) in enumerate(zip(states, classes, stime, strict=True))]
+def _server_samples(run_id: str, tid: int, *spans: tuple[str, str | None, int]) -> list[dict[str, Any]]:
+    """Forty samples 25 ms apart inside the decode window [0, 1 s]: spans of (state, class, how many)."""
+    states = [(state, cls) for state, cls, count in spans for _ in range(count)]
+    assert len(states) == 40
+    return [{"run_id": run_id, "t_ns": i * 25 * MS, "tid": tid, "state": state, "class": cls}
+            for i, (state, cls) in enumerate(states)]
 
 
 def _idle_counters(run_id: str, tid: int, run_ms: int = 0, blkio_ms: int = 0) -> list[dict[str, Any]]:
@@ -325,21 +325,21 @@ def _idle_counters(run_id: str, tid: int, run_ms: int = 0, blkio_ms: int = 0) ->
 
 
 def fourteen_threads(pid: str) -> dict[str, pd.DataFrame]:
-    """A llama-server decode of 14 threads of which 2 compute (thread 1: R 4, fault_io 6; thread 2: R 5, futex 5)
-    and the rest park in epoll -- but thread 3 (HTTP) is sampled running once, thread 4 gains CPU ticks between the
-    two stat reads without a running sample, thread 5 runs only after the window; by the counters they are idle
-    (1 and 2 % on CPU). A second cell: three threads asleep throughout, no counters. ``pid``: no column, one per
-    row, or one missing (None) in the rows of one cell."""
-    idle = ["idle"] * 10
-    samples = (_server_samples("s1", 1, "RRRRDDDDDD", [None] * 4 + ["fault_io"] * 6)
-               + _server_samples("s1", 2, "RRRRR-----", [None] * 5 + ["futex"] * 5)
-               + _server_samples("s1", 3, "S----R----", [*idle[:5], None, *idle[:4]])
-               + _server_samples("s1", 4, "S---------", idle, [5, *[None] * 8, 7]))
+    """A llama-server decode of 14 threads of which 2 compute (thread 1: R 40 %, fault_io 60 %; thread 2: R 50 %,
+    futex 50 %) and the rest park in epoll -- but thread 3 (HTTP, woken per token) is sampled runnable once (2.5 %),
+    thread 4 three times (7.5 %), thread 5 runs only after the window; the counters have 3 and 4 on CPU for 1 and
+    2 % of it. A second cell: three threads asleep throughout, no counters. ``pid``: no column, one per row, or
+    missing (None) in the rows of one cell."""
+    idle = ("-", "idle")
+    samples = (_server_samples("s1", 1, ("R", None, 16), ("D", "fault_io", 24))
+               + _server_samples("s1", 2, ("R", None, 20), ("-", "futex", 20))
+               + _server_samples("s1", 3, (*idle, 20), ("R", None, 1), (*idle, 19))
+               + _server_samples("s1", 4, (*idle, 10), ("R", None, 3), (*idle, 27)))
     for tid in range(5, 15):
-        samples += _server_samples("s1", tid, "S" + "-" * 9, idle)
+        samples += _server_samples("s1", tid, ("S", "idle", 1), (*idle, 39))
     samples.append({"run_id": "s1", "t_ns": 1500 * MS, "tid": 5, "state": "R", "class": None})  # after the window
     for tid in (21, 22, 23):
-        samples += _server_samples("s2", tid, "S" + "-" * 9, idle, [3, *[None] * 8, 3])
+        samples += _server_samples("s2", tid, ("S", "idle", 1), (*idle, 39))
     threads = pd.DataFrame(samples)
     if pid == "per row":
         threads["pid"] = np.where(threads["run_id"] == "s1", 1, 21)
@@ -383,9 +383,9 @@ def test_thread_states_range_over_the_2_of_14_threads_the_counters_say_worked(
 def test_thread_states_without_counters_choose_the_threads_by_their_samples(tmp_path: Path) -> None:
     tables = {**fourteen_threads("no column"), "thread_counters": pd.DataFrame()}
     cell = draw_thread_states(tables, tmp_path)[SERVER_CELL]
-    # 1 and 2 ran; 3 was sampled running once; 4 gained CPU ticks; 5 ran only after the window
-    assert (cell["threads_worked"], cell["threads"], cell["working_by"]) == (4, 14, "samples")
-    assert cell[CLASSES[0]] == {"min": 0.0, "median": 0.25, "max": 0.5}  # 0.4, 0.5, 0.1, 0
+    # 1 and 2 computed; 4 was sampled running 7.5 % of the time, 3 only once (2.5 %), 5 only after the window
+    assert (cell["threads_worked"], cell["threads"], cell["working_by"]) == (3, 14, "samples")
+    assert cell[CLASSES[0]] == {"min": 0.075, "median": 0.4, "max": 0.5}
 
 
 def test_thread_states_cell_where_no_thread_worked_says_so(tmp_path: Path, kept_figures: list[MplFigure]) -> None:

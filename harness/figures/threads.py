@@ -12,15 +12,16 @@ of its requests (first token to last), each thread's fraction of samples in each
 Shown as the range over the threads of the cell that WORKED in its windows (min-max, median marked), each row
 saying how many of how many threads that is: a llama-server has a dozen HTTP and pool threads parked in futex or
 poll through the decode, and ranged over with its two compute threads they had stretched every range down to 0 %
-and put the median there, on the axis. Which threads worked is the report's choice where the run has kernel
-counters (``harness.figures.waits.counted_threads``: on CPU, runnable or in I/O for 5 % of a window), else the
-samples' (a running sample, or CPU ticks between two stat reads of a window); a thread is one (pid, tid) where the
-table has a pid per row. A cell where no thread worked says so instead of drawing 0-0. Beside the ranges, the
-fraction of sample instants at which at least one thread of the process (any thread) was in I/O wait: how much of
-the time the process as a whole waited on the device. Where the table has wait classes (``class``, sampler v2), a
-last panel stacks the shares of the working threads' off-CPU samples by class (fault_io, read_io, futex, gpu,
-idle, other; "unknown" where the class is missing: v1 data or an unreadable syscall file) -- what the compute
-threads waited in, as in the seed's figure, not the parked threads' epoll. A threads table holds millions of rows;
+and put the median there, on the axis. Which threads worked is the report's choice: by the kernel counters where
+the run has them (``harness.figures.waits.counted_threads``: on CPU, runnable or in I/O for 5 % of a window), else
+by the samples as the report's sampled table takes them (``harness.analysis.waits.sampled_worked``: running, in
+I/O or GPU waits for 5 % of its samples). A thread is one (pid, tid) where the table has a pid per row. A cell
+where no thread worked says so instead of drawing 0-0. Beside the ranges, the fraction of sample instants at which
+at least one thread of the process (any thread) was in I/O wait: how much of the time the process as a whole
+waited on the device. Where the table has wait classes (``class``, sampler v2), a last panel stacks the shares of
+the working threads' off-CPU samples by class (fault_io, read_io, futex, gpu, idle, other; "unknown" where the
+class is missing: v1 data or an unreadable syscall file) -- what the compute threads waited in, as in the seed's
+figure, not the parked threads' epoll. A threads table holds millions of rows;
 everything here is grouped and counted by pandas.
 """
 
@@ -33,6 +34,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from harness.analysis.waits import SAMPLED, sampled_worked
 from harness.figures.base import FigureContext, register_figure
 from harness.figures.waits import counted_threads
 from harness.results.selection import usable_runs
@@ -45,16 +47,14 @@ IO_CLASSES = ("fault_io", "read_io")
 WAIT_COLORS = ("tab:red", "tab:orange", "tab:blue", "tab:purple", "0.75", "tab:brown", "0.9")
 
 
-def _window_of(run: np.ndarray, t_ns: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
-    """Per sample (run code, time): the row of ``windows`` (run code, start, end) of its run that holds it, -1 when
-    none does."""
+def _in_windows(run: np.ndarray, t_ns: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
+    """Which samples (run code, time) fall inside one of their run's windows (run code, start, end)."""
     samples = pd.DataFrame({"run": run, "t_ns": t_ns, "i": np.arange(len(run))}).sort_values("t_ns")
-    found = pd.merge_asof(samples, windows.assign(w=np.arange(len(windows))).sort_values("start"), left_on="t_ns",
-                          right_on="start", by="run", direction="backward")
-    inside = (found["t_ns"] <= found["end"]).to_numpy()
-    out = np.full(len(run), -1, dtype=np.int64)
-    out[found["i"].to_numpy()[inside]] = found["w"].to_numpy()[inside].astype(np.int64)
-    return out
+    found = pd.merge_asof(samples, windows.sort_values("start"), left_on="t_ns", right_on="start", by="run",
+                          direction="backward")
+    inside = np.zeros(len(run), dtype=bool)
+    inside[found["i"].to_numpy()] = (found["t_ns"] <= found["end"]).to_numpy()
+    return inside
 
 
 def _decode_windows(requests: pd.DataFrame, run_names: pd.Index) -> pd.DataFrame:
@@ -93,13 +93,12 @@ def thread_state_table(runs: pd.DataFrame, threads: pd.DataFrame, requests: pd.D
     run_names = pd.Index(run_names)
     windows = _decode_windows(requests, run_names)
     windowed = np.isin(run_code, windows["run"].unique())
-    window = np.full(len(threads), -1, dtype=np.int64)  # a run without request windows: one window, the step
-    window[windowed] = _window_of(run_code[windowed], threads["t_ns"].to_numpy()[windowed], windows)
-    keep = np.isin(run_code, run_names.get_indexer(ok["run_id"])) & (~windowed | (window >= 0))
+    keep = np.isin(run_code, run_names.get_indexer(ok["run_id"]))
+    keep[windowed] &= _in_windows(run_code[windowed], threads["t_ns"].to_numpy()[windowed], windows)
     names = _group_names(ok, params, set(run_names[windows["run"].unique()]))
     order = list(dict.fromkeys(names[r] for r in ok["run_id"] if r in run_names))
     group_of_run = np.array([order.index(names[r]) if r in names else -1 for r in run_names])
-    samples = _samples(threads, keep, group_of_run[run_code], run_code, window)
+    samples = _samples(threads, keep, group_of_run[run_code], run_code)
     if samples.empty:
         return pd.DataFrame(), pd.DataFrame()
     counts = samples.groupby(KEY + ["cls"]).size().unstack("cls", fill_value=0)
@@ -114,17 +113,12 @@ def thread_state_table(runs: pd.DataFrame, threads: pd.DataFrame, requests: pd.D
     return per_thread, per_group.set_axis(labels[per_group.index]).rename_axis("group")
 
 
-def _samples(threads: pd.DataFrame, keep: np.ndarray, group: np.ndarray, run: np.ndarray,
-             window: np.ndarray) -> pd.DataFrame:
-    """The kept samples as integer columns: group, run, pid, tid, t_ns, class, wait class, window, CPU ticks (NaN
-    where the sampler did not read stat)."""
+def _samples(threads: pd.DataFrame, keep: np.ndarray, group: np.ndarray, run: np.ndarray) -> pd.DataFrame:
+    """The kept samples as integer columns: group, run, pid, tid, t_ns, class, wait class."""
     pid = (threads["pid"].fillna(-1).to_numpy("int64") if "pid" in threads else np.full(len(threads), -1))
-    ticks = (threads["utime_ticks"].to_numpy("float64") + threads["stime_ticks"].to_numpy("float64")
-             if {"utime_ticks", "stime_ticks"} <= set(threads.columns) else np.full(len(threads), np.nan))
     return pd.DataFrame({"group": group[keep], "run": run[keep], "pid": pid[keep],
                          "tid": threads["tid"].to_numpy("int64")[keep], "t_ns": threads["t_ns"].to_numpy()[keep],
-                         "cls": _state_class(threads)[keep], "wait": _wait_class(threads)[keep],
-                         "window": window[keep], "ticks": ticks[keep]})
+                         "cls": _state_class(threads)[keep], "wait": _wait_class(threads)[keep]})
 
 
 def _working(samples: pd.DataFrame, keys: pd.MultiIndex, counted: pd.DataFrame,
@@ -132,12 +126,12 @@ def _working(samples: pd.DataFrame, keys: pd.MultiIndex, counted: pd.DataFrame,
     """Per thread (``keys``: group, run, pid, tid), did it work in its run's windows, and by what. By the counters
     in a run they counted (:func:`harness.figures.waits.counted_threads`, the report's choice: on CPU, runnable or
     in I/O for 5 % of at least one window; matched on the tid, which is unique machine-wide while the threads
-    live); else by the samples themselves: at least one running sample, or CPU ticks between two stat reads of
-    one window."""
-    ran = samples.groupby(KEY)["cls"].min().reindex(keys) == 0
-    ticks = samples.groupby(KEY + ["window"])["ticks"]
-    ticked = (ticks.max() - ticks.min() > 0).groupby(KEY).any().reindex(keys, fill_value=False)
-    worked = (ran | ticked).to_numpy(bool)
+    live); else by the samples, as the report's sampled table chooses them
+    (:func:`harness.analysis.waits.sampled_worked`: running, in I/O or GPU waits for 5 % of its samples)."""
+    label = np.where(samples["cls"].to_numpy() == 0, 0, samples["wait"].to_numpy() + 1)  # index into SAMPLED
+    counts = samples[KEY].assign(label=label).groupby(KEY + ["label"]).size().unstack("label", fill_value=0)
+    shares = counts.div(counts.sum(axis=1), axis=0).set_axis([SAMPLED[i] for i in counts.columns], axis=1)
+    worked = sampled_worked(shares).reindex(keys, fill_value=False).to_numpy(bool)
     by_counters = np.zeros(len(keys), dtype=bool)
     if not counted.empty:
         code = run_names.get_indexer(counted["run_id"])
@@ -243,7 +237,7 @@ def thread_states_figure(per_thread: pd.DataFrame, per_group: pd.DataFrame, cont
     axes[0].invert_yaxis()
     fig.suptitle("thread states per cell (llama-server: decode windows only), fraction of samples\n"
                  "ranges over the threads that worked: by the kernel counters where the run has them (on CPU, "
-                 "runnable or in I/O for 5 % of a window), else by the samples (a running sample or CPU ticks)",
+                 "runnable or in I/O for 5 % of a window), else by the samples (running or in I/O for 5 % of them)",
                  fontsize=8)
     return context.save(fig, "thread_states", runs, _numbers(per_group, stats, classified))
 
