@@ -46,7 +46,10 @@ WORKING = 0.05  # a thread worked in a window when on CPU, runnable or in I/O (o
 def worked(shares: Mapping[str, Any]) -> bool:
     """A thread's counter shares over a window (:func:`wait_shares`): did it work in it (not asleep ≥ 95 %)?"""
     return 1.0 - (shares.get("other_sleep") or 0.0) >= WORKING
+
+
 DELAYS = ("blkio_delay_ns", "thrashing_delay_ns", "freepages_delay_ns", "swapin_delay_ns", "cpu_delay_ns")
+COUNTERS = ("run_ns", "runqueue_ns", "blkio_ticks", *DELAYS)  # the cumulative counters a read's row may carry
 
 
 def _delta(first: Mapping[str, Any], last: Mapping[str, Any], column: str) -> float | None:
@@ -147,8 +150,7 @@ def wait_shares(rows: Iterable[Mapping[str, Any]], t0: int, t1: int,
                 totals[name] = None
             else:
                 totals[name] = totals.get(name, 0.0) + value  # type: ignore[operator]
-    available = [c for c in ("run_ns", "runqueue_ns", "blkio_ticks", *DELAYS)
-                 if _delta(reads[0], reads[-1], c) is not None]
+    available = [c for c in COUNTERS if _delta(reads[0], reads[-1], c) is not None]
     shares = {c: None if totals.get(c) is None else totals[c] / wall for c in CLASSES}  # type: ignore[operator]
     return {**shares, "overlap_s": overlap / 1e9, "covered_s": wall / 1e9,
             "t_first_ns": int(reads[0]["t_ns"]), "t_last_ns": int(reads[-1]["t_ns"]), "available": available}

@@ -12,7 +12,16 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis.waits import CLASSES, MATCHING, SAMPLED, paired_shares, sampled_shares, wait_shares, worked
+from harness.analysis.waits import (
+    CLASSES,
+    COUNTERS,
+    MATCHING,
+    SAMPLED,
+    paired_shares,
+    sampled_shares,
+    wait_shares,
+    worked,
+)
 from harness.results.loader import ResultSet
 from harness.results.selection import usable_runs
 from harness.results.tables import REQUESTS, RUNS, THREAD_COUNTERS, THREADS
@@ -46,11 +55,15 @@ def counted_threads(counters: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFr
     and ``worked`` (:func:`harness.analysis.waits.worked`). The one choice of a window's working threads: the
     counters' table, the paired comparison and F2 (harness/figures/threads.py) all take it from here."""
     out = []
-    for run_id, reads in _thread_reads(counters).groupby("run_id", sort=False):
+    thread_reads = _thread_reads(counters)
+    columns = [c for c in ("t_ns", *COUNTERS) if c in thread_reads]  # the rows as dicts: only what wait_shares reads
+    for run_id, reads in thread_reads.groupby("run_id", sort=False):
         ticks = _clock_ticks(reads)
-        by_thread = [(int(tid), group.to_dict("records")) for tid, group in reads.groupby("tid")]
+        by_thread: dict[int, list[dict[str, Any]]] = {}
+        for tid, row in zip(reads["tid"].to_numpy(), reads[columns].to_dict("records"), strict=True):
+            by_thread.setdefault(int(tid), []).append(row)
         for w, (label, t0, t1) in enumerate(_windows(str(run_id), reads, requests)):
-            for tid, rows in by_thread:
+            for tid, rows in sorted(by_thread.items()):
                 shares = wait_shares(rows, t0, t1, ticks)
                 if shares is not None:
                     out.append({"run_id": run_id, "window": label, "w": w, "tid": tid, **shares,
