@@ -84,7 +84,8 @@ def thread_state_table(runs: pd.DataFrame, threads: pd.DataFrame, requests: pd.D
     windows and ``worked_by`` what: :func:`_working`; per group: the fraction of sample instants with at least one
     thread in D (over all the threads), instants, threads, threads_worked, runs, working_by, and the working
     threads' off-CPU samples by class). Groups are '<step> · <variant>', with 'decode' after the step when a run's
-    samples were limited to its request windows. Works on integer codes: string columns of millions of rows are
+    samples were limited to its request windows. ``counters``: the thread_counters table (None or empty: the
+    samples decide which threads worked). Works on integer codes: string columns of millions of rows are
     factorized once."""
     ok = usable_runs(runs).sort_values("index")
     if ok.empty or threads.empty:
