@@ -7,12 +7,17 @@ Every expected value below was read off the capture by eye, not computed by the 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from harness.parsers import ParseError, parse
+from harness.parsers.snapshots import psi_resource_of_name
 from tests.helpers import DATA, cli_in_process
 
 NVPM = DATA / "nvpmodel"
+PSI = DATA / "psi"
 
 # --- nvpmodel ---------------------------------------------------------------------------------------------------
 
@@ -101,3 +106,106 @@ def test_nvpmodel_unknown_line_names_its_number() -> None:
 def test_harness_parse_reads_nvpmodel_verbose() -> None:
     done = cli_in_process("parse", "nvpmodel", str(NVPM / "q-verbose-orin-nano-super-25w-r36.4.3.txt"))
     assert done.returncode == 0 and '"mode_name": "25W"' in done.stdout and '"mode_id": 1' in done.stdout
+
+
+# --- PSI --------------------------------------------------------------------------------------------------------
+
+# file: (resource, {kind: (avg10, avg60, avg300, total)})
+PSI_CAPTURES: dict[str, tuple[str, dict[str, tuple[float, float, float, int]]]] = {
+    "proc-pressure-cpu-flatcar-2020.txt": ("cpu", {"some": (0.13, 0.68, 0.28, 1195993)}),
+    "proc-pressure-io-flatcar-2020.txt": ("io", {"some": (0.00, 1.11, 0.68, 2828208),
+                                                 "full": (0.00, 0.91, 0.56, 2334731)}),
+    "proc-pressure-memory-flatcar-2020.txt": ("memory", {"some": (0.0, 0.0, 0.0, 0), "full": (0.0, 0.0, 0.0, 0)}),
+    "proc-pressure-irq-htop-2023.txt": ("irq", {"full": (0.00, 0.00, 0.00, 100648410)}),
+    "proc-pressure-cpu-6.18-vm.txt": ("cpu", {"some": (98.92, 78.61, 27.73, 99577358),
+                                              "full": (0.0, 0.0, 0.0, 0)}),
+    "proc-pressure-io-6.18-vm.txt": ("io", {"some": (7.20, 2.35, 0.87, 5151107),
+                                            "full": (0.00, 0.03, 0.25, 2547783)}),
+    "proc-pressure-memory-6.18-vm.txt": ("memory", {"some": (0.0, 0.0, 0.0, 0), "full": (0.0, 0.0, 0.0, 0)}),
+    "cgroup2-root-cpu.pressure-6.18-vm.txt": ("cpu", {"some": (98.92, 78.61, 27.73, 99577358),
+                                                      "full": (0.0, 0.0, 0.0, 0)}),
+    "cgroup2-root-io.pressure-6.18-vm.txt": ("io", {"some": (7.20, 2.35, 0.87, 5153297),
+                                                    "full": (0.00, 0.03, 0.25, 2547783)}),
+    "cgroup2-root-memory.pressure-6.18-vm.txt": ("memory", {"some": (0.0, 0.0, 0.0, 0),
+                                                            "full": (0.0, 0.0, 0.0, 0)}),
+    "cgroup2-unified-root-cpu.pressure-ubuntu20.04.txt": ("cpu", {"some": (0.0, 0.0, 0.0, 2501067303)}),
+    "cgroup2-unified-root-io.pressure-ubuntu20.04.txt": ("io", {"some": (0.0, 0.0, 0.0, 299044042),
+                                                                "full": (0.0, 0.0, 0.0, 271257559)}),
+    "cgroup2-unified-root-memory.pressure-ubuntu20.04.txt": ("memory", {"some": (0.0, 0.0, 0.0, 298215),
+                                                                        "full": (0.0, 0.0, 0.0, 229843)}),
+    "cgroup2-child-cpu.pressure-gce.txt": ("cpu", {"some": (0.0, 0.0, 0.0, 0)}),
+    "cgroup2-child-io.pressure-gce.txt": ("io", {"some": (0.0, 0.0, 0.0, 0), "full": (0.0, 0.0, 0.0, 0)}),
+    "cgroup2-child-memory.pressure-gce.txt": ("memory", {"some": (0.0, 0.0, 0.0, 0), "full": (0.0, 0.0, 0.0, 0)}),
+}
+
+
+def _psi_values(row: dict[str, Any]) -> dict[str, tuple[float, float, float, int]]:
+    """The row's values grouped back as '<res> <kind>' -> (avg10, avg60, avg300, total)."""
+    stems = {key[: -len("_total_us")] for key in row if key.endswith("_total_us") and not key.startswith("d_")}
+    return {stem.replace("_", " "): (row[f"{stem}_avg10_pct"], row[f"{stem}_avg60_pct"], row[f"{stem}_avg300_pct"],
+                                     row[f"{stem}_total_us"]) for stem in stems}
+
+
+def test_every_psi_capture_is_checked() -> None:
+    assert sorted(p.name for p in PSI.glob("*.txt")) == sorted(PSI_CAPTURES)
+
+
+@pytest.mark.parametrize("name", sorted(PSI_CAPTURES))
+def test_psi_capture_read_as_the_resource_its_kind_names(name: str) -> None:
+    resource, lines = PSI_CAPTURES[name]
+    [row] = parse(f"psi-{resource}", (PSI / name).read_bytes())
+    assert (row["t_ns"], row["wall_s"]) == (None, None)
+    assert _psi_values(row) == {f"{resource} {kind}": values for kind, values in lines.items()}
+
+
+@pytest.mark.parametrize("name", sorted(PSI_CAPTURES))
+def test_harness_parse_psi_takes_the_resource_from_the_file_name(name: str) -> None:
+    resource, lines = PSI_CAPTURES[name]
+    assert psi_resource_of_name(name) == resource
+    done = cli_in_process("parse", "psi", str(PSI / name), "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    header = done.stdout.splitlines()[0].split(",")
+    assert {f"{resource}_{kind}_total_us" for kind in lines} <= set(header)
+    assert not [col for col in header if col.endswith("_total_us") and not col.startswith(resource + "_")]
+
+
+def test_a_bare_capture_without_a_resource_is_an_error_not_memory(tmp_path: Path) -> None:
+    io = (PSI / "proc-pressure-io-flatcar-2020.txt").read_bytes()
+    with pytest.raises(ParseError, match=r"^line 1: a bare pressure line .* parse it as psi-cpu, psi-io"):
+        parse("psi", io)
+    unnamed = tmp_path / "capture.txt"  # a name that says no resource
+    unnamed.write_bytes(io)
+    done = cli_in_process("parse", "psi", str(unnamed))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "capture.txt: line 1: a bare pressure line" in done.stderr
+    done = cli_in_process("parse", "psi-io", str(unnamed))
+    assert done.returncode == 0 and '"io_full_total_us": 2334731' in done.stdout
+
+
+def test_psi_kind_cross_checks_the_capture() -> None:
+    cpu = (PSI / "proc-pressure-cpu-6.18-vm.txt").read_bytes()
+    with pytest.raises(ParseError, match="^line 1: a 'some' line in irq pressure"):
+        parse("psi-irq", cpu)  # /proc/pressure/irq has only a 'full' line
+    with pytest.raises(ParseError, match="^line 3: a second 'cpu some' line in one snapshot"):
+        parse("psi-cpu", cpu + cpu)  # cat of two files run together
+    with pytest.raises(ParseError, match="^line 1: the line says memory pressure but the capture is read as psi-io"):
+        parse("psi-io", b"memory some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+
+
+def test_the_harness_snapshots_still_carry_their_resource() -> None:
+    text = b"# harness-snapshots v1 kind=psi period_ms=500\n@ 1000000000 1.5\n" + b"".join(
+        b"%s %s" % (res, line) for res, name in ((b"io", "proc-pressure-io-6.18-vm.txt"),
+                                                 (b"cpu", "proc-pressure-cpu-flatcar-2020.txt"))
+        for line in (PSI / name).read_bytes().splitlines(keepends=True))
+    [row] = parse("psi", text)
+    assert _psi_values(row) == {"io some": (7.20, 2.35, 0.87, 5151107), "io full": (0.00, 0.03, 0.25, 2547783),
+                                "cpu some": (0.13, 0.68, 0.28, 1195993)}
+    assert row["t_ns"] == 1_000_000_000
+
+
+@pytest.mark.parametrize(("name", "resource"), [
+    ("/proc/pressure/irq", "irq"), ("/sys/fs/cgroup/system.slice/io.pressure", "io"), ("memory.pressure", "memory"),
+    ("psi.txt", None), ("cpu.txt", None), ("pressure-io-vs-cpu.txt", None),
+])
+def test_psi_resource_of_name(name: str, resource: str | None) -> None:
+    assert psi_resource_of_name(name) == resource

@@ -143,7 +143,7 @@ def test_reclaim_summary_between_two_real_captures() -> None:
 
 
 def test_psi_parser_reads_real_pressure_files() -> None:
-    [row] = parse("psi", (LINUX / "proc-pressure-memory.txt").read_bytes())
+    [row] = parse("psi-memory", (LINUX / "proc-pressure-memory.txt").read_bytes())  # bare: the kind names it
     assert {"memory_some_avg10_pct", "memory_full_total_us"} <= set(row)
     text = b"".join(b"@ %d 1.0\n" % (i * 10**9) + b"".join(
         b"%s %s" % (res.encode(), line) for res in ("memory", "io")
