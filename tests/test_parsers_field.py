@@ -209,3 +209,68 @@ def test_the_harness_snapshots_still_carry_their_resource() -> None:
 ])
 def test_psi_resource_of_name(name: str, resource: str | None) -> None:
     assert psi_resource_of_name(name) == resource
+
+
+# --- jetson_clocks --show ---------------------------------------------------------------------------------------
+
+JETSON = DATA / "jetson"
+# name: (soc, machine, online per core, governor, (min, max) kHz of every core, current kHz per core,
+#        GPU (min, max, cur) Hz, active TPCs, EMC (min, max, cur) Hz, FreqOverride, power mode, cpu_max_khz)
+T, F, N = True, False, None
+JETSON_CLOCKS: dict[str, tuple[Any, ...]] = {
+    "agx-orin-jp5": ("tegra234", "Jetson AGX Orin", [T] * 12, "schedutil", (729600, 2201600),
+                     [2201600, 2201600, 2201600, 1190400, 2201600, 2201600, 2188800, 2112000, 2201600, 1190400,
+                      1113600, 1113600],
+                     (306000000, 1300500000, 306000000), N, (204000000, 3199000000, 2133000000), F, "MAXN", 2201600),
+    "tx1-l4t28": ("tegra210", "jetson_tx1", [N] * 4, "interactive", (1734000, 1734000), [1734000] * 4,
+                  (998400000, 998400000, 998400000), N, (12750000, 1600000000, 1600000000), T, N, 1734000),
+    "jetson-nano-5w": ("tegra210", "NVIDIA Jetson Nano Developer Kit", [T, T, F, F], "schedutil", (921600, 921600),
+                       [921600] * 4, (614400000, 614400000, 614400000), N, (204000000, 1600000000, 1600000000), T,
+                       "5W", 921600),
+    "orin-nano-super-25w-jp7": ("tegra234", "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super",
+                                [N] * 6, "schedutil", (729600, 1344000),
+                                [960000, 960000, 1344000, 1344000, 1344000, 1267200],
+                                (306000000, 918000000, 306000000), 4, (204000000, 3199000000, 665600000), N, "25W",
+                                1344000),
+    "nano-maxn-default": ("tegra210", "NVIDIA Jetson Nano Developer Kit", [T] * 4, "schedutil", (102000, 1428000),
+                          [1036800, 921600, 1132800, 1428000], (76800000, 921600000, 230400000), N,
+                          (204000000, 1600000000, 1600000000), F, "MAXN", 1428000),
+    "nano-maxn-locked": ("tegra210", "NVIDIA Jetson Nano Developer Kit", [T] * 4, "schedutil", (1428000, 1428000),
+                         [1428000] * 4, (921600000, 921600000, 921600000), N, (204000000, 1600000000, 1600000000), T,
+                         "MAXN", 1428000),
+    "nano-machine-jetson-nano": ("tegra210", "jetson-nano", [T] * 4, "schedutil", (102000, 1428000), [1428000] * 4,
+                                 (76800000, 921600000, 153600000), N, (204000000, 1600000000, 1600000000), F, "MAXN",
+                                 1428000),
+    "nano-5w-two-cores": ("tegra210", "NVIDIA Jetson Nano Developer Kit", [T, T, F, F], "schedutil",
+                          (921600, 921600), [921600] * 4, (76800000, 614400000, 460800000), N,
+                          (204000000, 1600000000, 1600000000), F, "5W", 921600),
+    "orin-nano-15w-snap": ("tegra234", "NVIDIA Jetson Orin Nano Developer Kit", [T] * 6, "ondemand",
+                           (729600, 1510400), [960000, 729600, 729600, 960000, 729600, 729600],
+                           (306000000, 624750000, 306000000), 4, (204000000, 2133000000, 665600000), F, N, 1510400),
+    "orin-nano-super-25w-r36.4.3": ("tegra234", "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super",
+                                    [T] * 6, "schedutil", (729600, 1344000),
+                                    [729600, 729600, 1190400, 729600, 1190400, 1190400],
+                                    (306000000, 918000000, 306000000), 4, (204000000, 3199000000, 2133000000), F,
+                                    "25W", 1344000),
+}
+
+
+def test_every_jetson_clocks_capture_is_checked() -> None:
+    names = sorted(p.name.removeprefix("jetson-clocks-show-").removesuffix(".txt")
+                   for p in JETSON.glob("jetson-clocks-show-*.txt"))
+    assert names == sorted(JETSON_CLOCKS)
+
+
+@pytest.mark.parametrize("name", sorted(JETSON_CLOCKS))
+def test_jetson_clocks_capture(name: str) -> None:
+    soc, machine, online, governor, (low, high), cur, gpu, tpcs, emc, override, mode, cpu_max = JETSON_CLOCKS[name]
+    [row] = parse("jetson-clocks", (JETSON / f"jetson-clocks-show-{name}.txt").read_bytes())
+    assert (row["soc_family"], row["machine"]) == (soc, machine)
+    assert [c["cpu"] for c in row["cpus"]] == list(range(len(online)))
+    assert [c["online"] for c in row["cpus"]] == online
+    assert {c["governor"] for c in row["cpus"]} == {governor}
+    assert {(c["min_khz"], c["max_khz"]) for c in row["cpus"]} == {(low, high)}
+    assert [c["cur_khz"] for c in row["cpus"]] == cur
+    assert (row["gpu_min_hz"], row["gpu_max_hz"], row["gpu_cur_hz"], row["gpu_active_tpcs"]) == (*gpu, tpcs)
+    assert (row["emc_min_hz"], row["emc_max_hz"], row["emc_cur_hz"], row["emc_freq_override"]) == (*emc, override)
+    assert (row["power_mode"], row["cpu_max_khz"]) == (mode, cpu_max)
