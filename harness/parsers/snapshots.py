@@ -159,7 +159,7 @@ def _psi_of(resource: str) -> None:
     def parse_bare(data: bytes) -> list[dict[str, Any]]:
         return _parse_psi(data, resource)
 
-    parse_bare.__doc__ = f"A bare /proc/pressure/{resource} or cgroup {resource}.pressure capture (or psi snapshots)."
+    parse_bare.__doc__ = f"A bare /proc/pressure/{resource} or cgroup {resource}.pressure capture."
     register_parser(f"psi-{resource}")(parse_bare)
 
 
