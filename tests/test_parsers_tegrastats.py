@@ -122,6 +122,52 @@ def test_tx1_old_release_avp_vde_edp():
     assert (rows[2]["gpu_load_pct"], rows[2]["gpu_freq_mhz"]) == (83, 921)
 
 
+def test_agx_xavier_jp4_6_without_root_offline_cores_and_no_rails():
+    first, second = rows_of(DATA / "agx-xavier-jp4.6-no-sudo.log")
+    assert (first["ram_used_mb"], first["ram_total_mb"]) == (3149, 31920)
+    assert (first["ram_lfb_blocks"], first["ram_lfb_block_mb"]) == (5889, 4.0)
+    assert (first["swap_used_mb"], first["swap_total_mb"], first["swap_cached_mb"]) == (0, 15960, 0)
+    assert first["cpu_load_pct"] == [57, 56, 57, 63, None, None, None, None]  # "off": offline core
+    assert first["cpu_freq_mhz"] == [2188] * 4 + [None] * 4
+    assert (first["emc_load_pct"], first["emc_freq_mhz"]) == (0, None)
+    assert (first["gpu_load_pct"], first["gpu_freq_mhz"]) == (39, None)
+    assert (first["temp_ao_c"], first["temp_gpu_c"], first["temp_tdiode_c"], first["temp_pmic_c"]) == \
+        (35.0, 35.0, 37.75, 50.0)
+    assert (first["temp_aux_c"], first["temp_cpu_c"], first["temp_thermal_c"], first["temp_tboard_c"]) == \
+        (34.5, 37.5, 35.55, 35.0)
+    assert not any(key.startswith("power_") for key in first)  # without root: no rails
+    assert (second["ram_used_mb"], second["ram_lfb_blocks"], second["gpu_load_pct"]) == (3153, 5888, 42)
+    assert second["cpu_load_pct"][:4] == [49, 71, 48, 50] and second["temp_ao_c"] == 34.5
+
+
+def test_tx2_jp3_rails_cur_avg_mts_and_bcpu_mcpu():
+    rows = rows_of(DATA / "tx2-jp3-2018.log")
+    assert len(rows) == 3
+    first = rows[0]
+    assert (first["ram_used_mb"], first["ram_total_mb"], first["ram_lfb_blocks"]) == (1685, 7854, 1044)
+    assert (first["swap_used_mb"], first["swap_total_mb"], first["swap_cached_mb"]) == (278, 8192, 23)
+    assert first["cpu_load_pct"] == [0] * 6 and first["cpu_freq_mhz"] == [1303, 345, 345, 1419, 1420, 1421]
+    assert (first["emc_load_pct"], first["emc_freq_mhz"], first["gpu_load_pct"], first["gpu_freq_mhz"]) == \
+        (0, 1866, 0, 140)
+    assert (first["ape_freq_mhz"], first["mts_fg_pct"], first["mts_bg_pct"]) == (150, 1, 8)
+    assert (first["temp_bcpu_c"], first["temp_mcpu_c"], first["temp_gpu_c"], first["temp_pll_c"]) == \
+        (41.0, 41.0, 39.0, 41.0)
+    assert (first["temp_tboard_c"], first["temp_tdiode_c"], first["temp_pmic_c"], first["temp_thermal_c"]) == \
+        (37.0, 37.25, 100.0, 39.9)
+    assert [(first[f"power_vdd_{r}_mw"], first[f"power_vdd_{r}_avg_mw"]) for r in
+            ("in", "cpu", "gpu", "soc", "wifi", "ddr")] == [(1931, 1931), (231, 231), (154, 154), (385, 385),
+                                                             (38, 38), (326, 326)]
+    second, third = rows[1], rows[2]
+    assert second["cpu_load_pct"] == [4, 0, 0, 1, 0, 2] and second["cpu_freq_mhz"] == [346, 344, 345, 345, 345, 345]
+    assert (second["emc_load_pct"], second["emc_freq_mhz"], second["mts_fg_pct"]) == (16, 102, 0)
+    assert (second["power_vdd_in_mw"], second["power_vdd_in_avg_mw"]) == (1776, 1853)
+    assert (second["power_vdd_soc_mw"], second["power_vdd_soc_avg_mw"]) == (386, 385)
+    assert (second["power_vdd_ddr_mw"], second["power_vdd_ddr_avg_mw"]) == (250, 288)
+    assert third["cpu_load_pct"] == [4, 0, 0, 2, 2, 3] and third["cpu_freq_mhz"] == [345, 345, 345, 345, 346, 345]
+    assert (third["temp_bcpu_c"], third["temp_thermal_c"]) == (40.5, 40.2)
+    assert (third["power_vdd_in_mw"], third["power_vdd_in_avg_mw"], third["power_vdd_ddr_avg_mw"]) == (1738, 1815, 275)
+
+
 def test_offline_cores_iram_mts_and_engines():
     # Adapted (shortened, values changed) from the sample lines of the tegrastats emulator in
     # rbonghi/jetson_stats tests/tegrastats; two cores switched "off" as low-power modes print them.
@@ -177,3 +223,8 @@ def test_blank_and_comment_lines_are_skipped_but_junk_lines_fail_with_their_numb
     assert len(parse_tegrastats(b"\n#Ctrl-C to stop\nRAM 1/2MB\n\n")) == 1
     with pytest.raises(ParseError, match=r"^line 2: not a tegrastats line"):
         parse_tegrastats(b"RAM 1/2MB\nbash: tegrastats: command not found\n")
+
+
+def test_every_capture_has_its_test():
+    source = Path(__file__).read_text()
+    assert [p.name for p in sorted(DATA.glob("*.log")) if f'"{p.name}"' not in source] == []

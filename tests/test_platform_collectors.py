@@ -105,6 +105,26 @@ def test_snapshotter_writes_a_first_and_a_last_sample(tmp_path: Path, monkeypatc
     assert temps[0]["temp_tj_thermal_c"] == 47.0 and temps[0]["temp_cpu_thermal_c"] == 46.0
 
 
+def test_psi_snapshots_name_each_resource_and_add_irq_where_present(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.collectors.snapshots import SNAPSHOTS
+
+    pressure = tmp_path / "proc" / "pressure"
+    pressure.mkdir(parents=True)
+    psi = REPO / "tests" / "data" / "psi"
+    for res, name in (("memory", "proc-pressure-memory-flatcar-2020.txt"), ("io", "proc-pressure-io-6.18-vm.txt"),
+                      ("cpu", "proc-pressure-cpu-flatcar-2020.txt"), ("irq", "proc-pressure-irq-htop-2023.txt")):
+        (pressure / res).write_bytes((psi / name).read_bytes())
+    monkeypatch.setattr(sysroot, "ROOT", str(tmp_path))
+    [row] = parse("psi", SNAPSHOTS["psi"]().encode())
+    assert (row["irq_full_avg10_pct"], row["irq_full_total_us"]) == (0.0, 100648410)
+    assert (row["io_some_total_us"], row["io_full_total_us"], row["cpu_some_total_us"]) == (5151107, 2547783, 1195993)
+    assert "cpu_full_total_us" not in row and "irq_some_total_us" not in row
+    (pressure / "irq").unlink()  # most kernels: no irq file, and no irq columns
+    [row] = parse("psi", SNAPSHOTS["psi"]().encode())
+    assert not [key for key in row if key.startswith("irq_")] and row["memory_full_total_us"] == 0
+
+
 def test_required_unavailable_collector_is_an_error_in_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    ) -> None:
     monkeypatch.setattr(sysroot, "ROOT", str(tmp_path))  # an empty tree: no /proc/pressure
@@ -143,7 +163,7 @@ def test_reclaim_summary_between_two_real_captures() -> None:
 
 
 def test_psi_parser_reads_real_pressure_files() -> None:
-    [row] = parse("psi", (LINUX / "proc-pressure-memory.txt").read_bytes())
+    [row] = parse("psi-memory", (LINUX / "proc-pressure-memory.txt").read_bytes())  # bare: the kind names it
     assert {"memory_some_avg10_pct", "memory_full_total_us"} <= set(row)
     text = b"".join(b"@ %d 1.0\n" % (i * 10**9) + b"".join(
         b"%s %s" % (res.encode(), line) for res in ("memory", "io")

@@ -98,7 +98,7 @@ _kind("jtop", "telemetry", "jtop.jsonl", "jtop", _config(1000, 100),
       "jetson-stats (jtop service): the same signals as tegrastats, through its Python API.")
 _kind("vmstat", "memory", "vmstat.txt", "vmstat", _config(200),
       "/proc/vmstat counters (reclaim, major faults, refaults) with per-interval deltas.")
-_kind("psi", "memory", "psi.txt", "psi", _config(500), "/proc/pressure/{memory,io,cpu}: stall averages and totals.")
+_kind("psi", "memory", "psi.txt", "psi", _config(500), "/proc/pressure/{memory,io,cpu,irq}: stall averages and totals.")
 _kind("thermal", "telemetry", "thermal.txt", "thermal", _config(1000), "Every thermal zone's temperature.")
 _kind("power", "telemetry", "power.txt", "power", _config(500), "power_supply current_now x voltage_now (battery).")
 _kind("iostat", "iostat", "iostat.txt", "iostat", _config(1000, 1000),

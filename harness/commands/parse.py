@@ -12,9 +12,10 @@ import typer
 from harness.errors import UsageError
 from harness.parsers import PARSERS, ParseError
 from harness.parsers import parse as run_parser
+from harness.parsers.snapshots import parse_psi_file
 
 
-def parse(kind: str = typer.Argument(..., help="parser kind (fio, blockstat, tegrastats, ...)"),
+def parse(kind: str = typer.Argument(..., help="parser kind (fio, blockstat, tegrastats, psi-io, ...)"),
           file: Path = typer.Argument(..., help="captured output; '-' for stdin"),
           fmt: str = typer.Option("json", "--format", help="json (array of objects) or csv")) -> None:
     """Print the tidy rows a parser reads from FILE."""
@@ -26,8 +27,8 @@ def parse(kind: str = typer.Argument(..., help="parser kind (fio, blockstat, teg
         data = typer.get_binary_stream("stdin").read() if str(file) == "-" else file.read_bytes()
     except OSError as exc:
         raise UsageError(f"{file}: {exc.strerror}") from None
-    try:
-        rows = run_parser(kind, data)
+    try:  # a bare io.pressure says its resource only by its name
+        rows = parse_psi_file(data, str(file)) if kind == "psi" and str(file) != "-" else run_parser(kind, data)
     except ParseError as exc:
         raise UsageError(f"{file}: {exc}") from None
     if fmt == "json":

@@ -87,29 +87,84 @@ def parse_vmstat(data: bytes) -> list[dict[str, Any]]:
     return _with_deltas(rows, keys)
 
 
-@register_parser("psi")
-def parse_psi(data: bytes) -> list[dict[str, Any]]:
+PSI_RESOURCES = ("cpu", "io", "memory", "irq")
+
+
+def psi_resource_of_name(name: str) -> str | None:
+    """The resource a capture's file name says: ``/proc/pressure/io``, ``io.pressure`` (cgroup v2),
+    ``proc-pressure-io.txt``, ``memory.pressure-6.18.txt``; None when the name does not say one (``psi.txt``).
+    Only a name with ``pressure`` in it counts, unless it is the bare resource (``/proc/pressure/`` copied as is)."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    if base in PSI_RESOURCES:
+        return base
+    if "pressure" not in base:
+        return None
+    found = [m.group(1) for m in re.finditer(r"(?:^|[-_.])(cpu|io|memory|irq)(?=$|[-_.])", base)]
+    return found[0] if len(set(found)) == 1 else None
+
+
+def _parse_psi(data: bytes, resource: str | None, *, strict: bool = True) -> list[dict[str, Any]]:
     """One row per snapshot: ``<res>_<some|full>_avg10_pct`` ... and ``<res>_<kind>_total_us`` (+ deltas).
 
-    Accepts a bare ``cat /proc/pressure/memory`` (lines without the resource prefix, read as memory)."""
+    The harness's own snapshots prefix each line with its resource (``memory some avg10=...``). A bare capture
+    (``cat /proc/pressure/io``, a cgroup's ``io.pressure``) does not say which resource it is: ``resource`` (from
+    the kind ``psi-io`` ...) names it, and without one a bare line is a ParseError rather than a guess. ``strict``:
+    a prefixed line must be of ``resource`` too (False when the resource is only the file name's guess)."""
     rows = []
     for t_ns, wall, lines in snapshots(data):
         row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
         for number, line in lines:
             if line.startswith(("some ", "full ")):
-                line = "memory " + line
+                if resource is None:
+                    raise ParseError(f"a bare pressure line {line[:40]!r} does not say its resource: parse it as "
+                                     f"{', '.join('psi-' + r for r in PSI_RESOURCES)} (or a file named after it, "
+                                     "e.g. io.pressure)", line=number)
+                line = f"{resource} {line}"
             match = _PSI.match(line)
             if not match:
                 raise ParseError(f"expected a /proc/pressure line ('some avg10=... total=...'), got {line!r}",
                                  line=number)
             res, kind, a10, a60, a300, total = match.groups()
+            if strict and resource is not None and res != resource:
+                raise ParseError(f"the line says {res} pressure but the capture is read as psi-{resource}",
+                                 line=number)
+            if res == "irq" and kind == "some":  # the kernel's irq file has only 'full' (6.1+)
+                raise ParseError("a 'some' line in irq pressure: /proc/pressure/irq has only a 'full' line; "
+                                 "is this another resource's file?", line=number)
             stem = f"{res}_{kind}"
+            if f"{stem}_total_us" in row:
+                raise ParseError(f"a second '{res} {kind}' line in one snapshot (several pressure files run "
+                                 "together? parse each on its own, or use the harness's psi snapshots)",
+                                 line=number)
             row.update({f"{stem}_avg10_pct": float(a10), f"{stem}_avg60_pct": float(a60),
                         f"{stem}_avg300_pct": float(a300), f"{stem}_total_us": int(total)})
         rows.append(row)
     if not rows:
         raise ParseError("no pressure lines")
     return _with_deltas(rows, sorted({k for row in rows for k in row if k.endswith("_total_us")}))
+
+
+@register_parser("psi")
+def parse_psi(data: bytes) -> list[dict[str, Any]]:
+    """The harness's psi snapshots, or any capture whose lines carry their resource (``io some avg10=...``)."""
+    return _parse_psi(data, None)
+
+
+def parse_psi_file(data: bytes, name: str) -> list[dict[str, Any]]:
+    """``harness parse psi FILE``: as ``psi``, with bare lines read as the resource the file's name says."""
+    return _parse_psi(data, psi_resource_of_name(name), strict=False)
+
+
+def _psi_of(resource: str) -> None:
+    def parse_bare(data: bytes) -> list[dict[str, Any]]:
+        return _parse_psi(data, resource)
+
+    parse_bare.__doc__ = f"A bare /proc/pressure/{resource} or cgroup {resource}.pressure capture."
+    register_parser(f"psi-{resource}")(parse_bare)
+
+
+for _resource in PSI_RESOURCES:  # psi-cpu, psi-io, psi-memory, psi-irq: a bare capture of that resource
+    _psi_of(_resource)
 
 
 @register_parser("thermal")

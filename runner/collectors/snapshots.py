@@ -22,7 +22,7 @@ def _snapshot_vmstat():
 
 def _snapshot_psi():
     lines = []
-    for res in ("memory", "io", "cpu"):
+    for res in ("memory", "io", "cpu", "irq"):  # irq: kernel 6.1+ with CONFIG_IRQ_TIME_ACCOUNTING, else absent
         for line in (read_text(sysroot.path("/proc/pressure/" + res), "") or "").splitlines():
             lines.append("%s %s" % (res, line))
     return "\n".join(lines) + "\n"
