@@ -218,6 +218,32 @@ def test_fio_3_16_randrw_on_a_raid5_file() -> None:
     assert row["runtime_ms"] == 483257 and row["opt_fsync"] == "10000"
 
 
+def test_fio_3_16_lat_percentiles_sit_under_lat_ns() -> None:
+    [row] = rows_of("fio-3.16-superbench-lat-percentiles-randrw.json")
+    assert settings(row) == ("randrw", 4096, 64, 4, "libaio", 1)
+    assert row["opt_lat_percentiles"] == "1"
+    assert (row["read_bw_bytes_per_s"], row["write_bw_bytes_per_s"]) == (348743777, 348450387)
+    assert (row["read_iops"], row["write_iops"]) == (85138.890741, 85066.128925)
+    assert (row["read_lat_mean_ns"], row["write_clat_mean_ns"]) == (1446562.147113, 1558511.433458)
+    # fio-3.13 on puts lat_percentiles=1 under lat_ns: total latency, said so in percentile_source
+    assert (row["read_lat_p95_ns"], row["read_lat_p99_ns"], row["read_lat_p999_ns"]) == (1941504, 2244608, 3620864)
+    assert (row["write_lat_p95_ns"], row["write_lat_p9999_ns"]) == (1908736, 4358144)
+    assert row["read_percentile_source"] == row["write_percentile_source"] == "lat"
+    assert row["runtime_ms"] == 120004
+
+
+def test_fio_3_1_to_3_12_lat_percentiles_under_clat_ns_are_total_latency() -> None:
+    # fio-3.1 stat.c add_lat_sample: lat_percentiles=1 feeds the one histogram that add_ddir_status_json writes
+    # under clat_ns until fio-3.13 (commit e5eb6fbf). The capture's job did not set it; this copy does.
+    doc = json.loads((FIO / "fio-3.1-fioplot-libaio-randread.json").read_bytes())
+    doc["jobs"][0]["job options"]["lat_percentiles"] = "1"
+    [row] = parse_fio(json.dumps(doc).encode())
+    assert row["read_percentile_source"] == "lat"
+    assert (row["read_lat_p50_ns"], row["read_lat_p99_ns"]) == (288768, 2670592)
+    [plain] = rows_of("fio-3.1-fioplot-libaio-randread.json")
+    assert plain["read_percentile_source"] == "clat" and "read_lat_p50_ns" not in plain
+
+
 # --- fio 3.18 on: "N" ------------------------------------------------------------------------------------------
 
 def test_fio_3_20_gtod_reduce_has_no_latencies_at_all() -> None:

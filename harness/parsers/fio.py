@@ -14,6 +14,8 @@ The JSON changed under the same key names over fio's life; what each version wri
   (commit aedd021d).
 - A latency block without samples is all zeros (``calc_lat`` found none); fio-3.18 added its sample count ``N``
   (commit 56440e63). Percentile lists are padded with ``"0.00": 0`` entries up to fio-3.17.
+- ``lat_percentiles=1`` (from fio-3.1, commit b599759b) puts total-latency percentiles under ``clat_ns`` up to
+  fio-3.12; fio-3.13 moved them to ``lat_ns`` (commit e5eb6fbf).
 - ``job options`` and ``global options`` from fio-2.3 (commit 66e19a38); fio 2.0-2.2 print no settings at all,
   so their setting columns stay None rather than fio's defaults.
 - Client/server runs (``fio --client``) write ``client_stats`` instead of ``jobs``, each entry with the
@@ -200,7 +202,19 @@ def _bytes(prefix: str, block: dict[str, Any], key: str, kib: bool) -> Any:
     return value * 1024
 
 
-def _direction(prefix: str, block: dict[str, Any]) -> dict[str, Any]:
+def _version(text: Any) -> tuple[int, ...] | None:
+    """'fio-3.26-19-ge7e53' -> (3, 26); 'fio-2.1.3' -> (2, 1, 3); None when it reads otherwise."""
+    match = re.match(r"fio-(\d+(?:\.\d+)*)", str(text or ""))
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+def _lat_under_clat(version: tuple[int, ...] | None, options: dict[str, Any]) -> bool:
+    """fio-3.1 to 3.12 with lat_percentiles=1: the percentiles under ``clat_ns`` are total-latency ones."""
+    return (version is not None and (3, 1) <= version < (3, 13)
+            and _bool_option(options.get("lat_percentiles", "0")) == 1)
+
+
+def _direction(prefix: str, block: dict[str, Any], lat_under_clat: bool = False) -> dict[str, Any]:
     # fio-2.21 made io_bytes bytes and kept the old KiB value as io_kbytes: no io_kbytes, io_bytes is KiB.
     kib = "io_bytes" in block and "io_kbytes" not in block
     bw_bytes = block.get("bw_bytes")
@@ -222,6 +236,8 @@ def _direction(prefix: str, block: dict[str, Any]) -> dict[str, Any]:
         mean = block_stats.get("mean") if _sampled(block_stats) else None
         row[f"{prefix}_{kind}_mean_ns"] = None if mean is None else _ns(mean, scale)
     clat_pct, lat_pct = _percentiles(stats["clat"], scale), _percentiles(stats["lat"], scale)
+    if lat_under_clat and clat_pct and not lat_pct:
+        clat_pct, lat_pct = {}, clat_pct
     # Percentiles live under clat_ns by default, under lat_ns only with lat_percentiles=1
     # (under both when clat_percentiles stays on). Prefer clat; say which one filled the columns.
     chosen, source = (clat_pct, "clat") if clat_pct else (lat_pct, "lat") if lat_pct else ({}, None)
@@ -279,7 +295,7 @@ def parse_fio(data: bytes) -> list[dict[str, Any]]:
             # Read columns always (the ladder reads them); write, trim and mixed ones only when the job did
             # such I/O, so a read-only sweep stays narrow.
             if direction == "read" or block.get("io_bytes") or block.get("total_ios"):
-                row.update(_direction(direction, block))
+                row.update(_direction(direction, block, _lat_under_clat(_version(version), options)))
         row.update({
             "usr_cpu_pct": job.get("usr_cpu"),
             "sys_cpu_pct": job.get("sys_cpu"),
