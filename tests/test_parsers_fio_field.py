@@ -292,6 +292,31 @@ def test_fio_3_34_macos_sync_randread_after_a_signal_line() -> None:
     assert (row["read_clat_mean_ns"], row["read_clat_p9999_ns"]) == (95948.612502, 468992)
 
 
+def test_fio_3_42_running_the_harness_ladder_job_file() -> None:
+    # the job file is what the harness's fio step writes (runner/steps/fio.py): every setting is printed
+    rows = {row["job_name"]: row for row in rows_of("fio-3.42-harness-ladder-io_uring.json")}
+    assert list(rows) == ["randread-64k-qd1", "randread-64k-qd4", "read-1m-seq"]
+    assert settings(rows["randread-64k-qd1"]) == ("randread", 65536, 1, 1, "io_uring", 1)
+    assert settings(rows["read-1m-seq"]) == ("read", 1048576, 4, 1, "io_uring", 1)
+    qd4 = rows["randread-64k-qd4"]
+    assert (qd4["read_bw_bytes_per_s"], qd4["read_io_bytes"], qd4["read_iops"]) == (422720254, 424411136, 6450.199203)
+    assert (qd4["read_slat_mean_ns"], qd4["read_clat_mean_ns"]) == (12731.469426, 594335.872915)
+    assert (qd4["read_clat_p50_ns"], qd4["read_clat_p99_ns"]) == (317440, 5275648)
+    assert qd4["runtime_ms"] == 1003 and qd4["opt_invalidate"] == "1"
+    assert rows["read-1m-seq"]["read_clat_p999_ns"] == 23724032
+
+
+def test_fio_3_42_both_percentile_lists() -> None:
+    [row] = rows_of("fio-3.42-psync-randrw-clat-and-lat-percentiles.json")
+    assert settings(row) == ("randrw", 4096, 1, 1, "psync", 0)
+    assert (row["write_clat_p50_ns"], row["write_lat_p50_ns"]) == (3312, 3344)
+    assert (row["write_clat_p999_ns"], row["write_lat_p999_ns"]) == (24960, 25472)
+    assert row["write_percentile_source"] == "clat"
+    assert (row["read_bw_bytes_per_s"], row["write_bw_bytes_per_s"]) == (31255630, 33272123)
+    assert (row["read_lat_mean_ns"], row["write_clat_mean_ns"]) == (124510.510081, 3775.280303)
+    assert "read_clat_p90_ns" not in row  # percentile_list=50:99:99.9
+
+
 def test_fio_3_33_client_server_rows_carry_their_host() -> None:
     first, second, total = rows_of("fio-3.33-client-server-2-hosts.json")
     assert [row["job_name"] for row in (first, second, total)] == ["csread", "csread", "All clients"]
