@@ -50,8 +50,11 @@ def fio_summary(rs: ResultSet) -> pd.DataFrame:
     # only finished runs enter aggregates; a failed or interrupted run's partial output stays in the table
     ok = usable_runs(runs).assign(cache=cache_label)  # a NOT-cleared "cold" is its own group
     data = fio.merge(ok[["run_id", "cache"]], on="run_id", how="inner")
-    data["read_mbps"] = data["read_bw_bytes_per_s"] / MB
-    data["p99_ms"] = data["read_clat_p99_ns"] / 1e6
+    # a job fio printed no read block or no percentiles for (unified_rw_reporting, gtod_reduce, old fio) has no
+    # such column: its cell is empty, not a crash
+    data["read_mbps"] = data.get("read_bw_bytes_per_s", float("nan")) / MB
+    data["p99_ms"] = data.get("read_clat_p99_ns", float("nan")) / 1e6
+    data["read_iops"] = data.get("read_iops", float("nan"))
     out = data.groupby(["target", "cache", "job_name"]).agg(
         n=("read_mbps", "size"), mbps=("read_mbps", "mean"), sd=("read_mbps", "std"),
         iops=("read_iops", "mean"), p99_ms=("p99_ms", "mean")).reset_index()

@@ -18,7 +18,7 @@ from harness.results.tables import FIO, READS, RUNS
 
 def fio_ladder(runs: pd.DataFrame, fio: pd.DataFrame, out_dir: Path, set_id: str, settings: str) -> list[Path]:
     """Read MB/s per fio job (the QD ladder), mean ± sd over runs, one bar per cache condition."""
-    if fio.empty:
+    if fio.empty or "read_bw_bytes_per_s" not in fio:  # no job read (write-only or unified_rw_reporting jobs)
         return []
     data = fio.merge(usable_runs(runs)[["run_id", "cache"]], on="run_id", how="inner")
     if data.empty:

@@ -80,7 +80,7 @@ def decode_vs_fio(runs: pd.DataFrame, requests: pd.DataFrame, fio: pd.DataFrame,
     """F3: decode-time device MB/s per cell (mean ± sd over requests) next to the fio ladder bars; horizontal,
     so the long cell names read without rotation."""
     data = ok_requests(runs, requests, params)
-    if data.empty or fio.empty:
+    if data.empty or fio.empty or "read_bw_bytes_per_s" not in fio:  # no fio job read: no ladder to place
         return []
     ok_fio = fio.merge(usable_runs(runs)[["run_id", "cache"]], on="run_id")
     ok_fio = ok_fio[ok_fio["cache"] == "cold"] if (ok_fio["cache"] == "cold").any() else ok_fio

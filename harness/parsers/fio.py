@@ -1,7 +1,25 @@
-"""``fio --output-format=json`` -> one row per entry in ``jobs``.
+"""``fio --output-format=json`` -> one row per entry in ``jobs`` (or ``client_stats``), fio 2.1 to 3.4x.
 
 fio prints warnings ("note: both iodepth >= 1 and synchronous I/O engine are selected...") on stdout
 before the JSON, so the JSON starts at the first line beginning with ``{``.
+
+The JSON changed under the same key names over fio's life; what each version writes is read from fio's own
+``stat.c`` (``add_ddir_status_json``) and ``client.c``, by tag, in github.com/axboe/fio:
+
+- ``clat``/``lat``/``slat`` with means and ``percentile`` values in microseconds up to fio-2.21; ``*_ns`` in
+  nanoseconds from fio-2.99/3.0 (commit d6bb626e). The harness's columns are nanoseconds either way.
+- ``io_bytes`` in KiB (``io_bytes >> 10``) up to fio-2.20; bytes from fio-2.21, which added ``io_kbytes`` for
+  the old value (commit c12d597a) -- so a block with ``io_kbytes`` has bytes, one without has KiB.
+- ``bw`` is KiB/s in every version (``bytes * 1000 / runtime / 1024``); ``bw_bytes`` only from fio-3.2
+  (commit aedd021d).
+- A latency block without samples is all zeros (``calc_lat`` found none); fio-3.18 added its sample count ``N``
+  (commit 56440e63). Percentile lists are padded with ``"0.00": 0`` entries up to fio-3.17.
+- ``lat_percentiles=1`` (from fio-3.1, commit b599759b) puts total-latency percentiles under ``clat_ns`` up to
+  fio-3.12; fio-3.13 moved them to ``lat_ns`` (commit e5eb6fbf).
+- ``job options`` and ``global options`` from fio-2.3 (commit 66e19a38); fio 2.0-2.2 print no settings at all,
+  so their setting columns stay None rather than fio's defaults.
+- Client/server runs (``fio --client``) write ``client_stats`` instead of ``jobs``, each entry with the
+  ``hostname`` of its server, plus an ``All clients`` sum when there are several servers.
 """
 
 from __future__ import annotations
@@ -64,20 +82,39 @@ def fio_size_bytes(value: str, kb_base: int = 1024) -> int:
     return int(amount * base**power)
 
 
-def _load_json(data: bytes | str) -> dict[str, Any]:
+# fio's own first lines of other output formats, so a wrong --output-format is named, not guessed at.
+_TERSE = re.compile(r"^\d+;fio-[^;]*;")  # --output-format=terse: "3;fio-3.33;jobname;..."
+_NORMAL = re.compile(r"^\S.*: \(g(?:roupid)?=\d+|^Run status group \d+|^\s+(?:read|write) ?: (?:IOPS|io)=")
+
+
+def _unknown_format(text: str) -> ParseError:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if _TERSE.match(line):
+            return ParseError("fio terse output, not JSON (run fio with --output-format=json)", line=number)
+        if _NORMAL.match(line):
+            return ParseError("fio normal (text) output, not JSON (run fio with --output-format=json)", line=number)
+    return ParseError("no JSON object found (expected fio --output-format=json output)")
+
+
+def _load_json(data: bytes | str) -> tuple[dict[str, Any], list[Any]]:
+    """The JSON document and its list of job entries (``jobs``, or ``client_stats`` of a client/server run)."""
     text = text_of(data)
     match = re.search(r"^\s*\{", text, re.MULTILINE)
     if match is None:
-        raise ParseError("no JSON object found (expected fio --output-format=json output)")
-    skipped_lines = text.count("\n", 0, match.start())
+        raise _unknown_format(text)
+    start = match.end() - 1  # the "{" itself: raw_decode does not skip the blank lines \s* matched
+    skipped_lines = text.count("\n", 0, start)
     try:
         # raw_decode: fio may print more warnings after the JSON ("fio: file hash not empty").
-        doc, _ = json.JSONDecoder().raw_decode(text, match.start())
+        doc, _ = json.JSONDecoder().raw_decode(text, start)
     except json.JSONDecodeError as exc:
         raise ParseError(f"invalid fio JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
-        raise ParseError("fio JSON has no 'jobs' list", line=skipped_lines + 1)
-    return doc
+    if isinstance(doc, dict):
+        for key in ("jobs", "client_stats"):
+            if isinstance(doc.get(key), list):
+                return doc, doc[key]
+    raise ParseError("fio JSON has no 'jobs' list (nor a client/server 'client_stats' list)",
+                     line=skipped_lines + 1)
 
 
 def _int_option(options: dict[str, str], name: str, job: str) -> int:
@@ -122,31 +159,85 @@ def _job_settings(options: dict[str, str], job: str) -> dict[str, Any]:
     }
 
 
+# fio before 2.3 printed no options: nothing says what the job ran, so nothing is filled in.
+UNKNOWN_SETTINGS: dict[str, Any] = dict.fromkeys(("rw", "bs_bytes", "iodepth", "numjobs", "ioengine", "direct"))
+
+
 def _percentile_suffix(key: str) -> str:
     """'99.900000' -> '999', '50.000000' -> '50', '99.990000' -> '9999'."""
     return f"{float(key):g}".replace(".", "")
 
 
-def _latency(stats: dict[str, Any] | None) -> float | None:
-    """Mean of a fio latency block, or None when fio collected none (slat under psync: N=0)."""
-    if not stats or not stats.get("N"):
-        return None
-    return stats.get("mean")
+def _sampled(stats: dict[str, Any] | None) -> bool:
+    """Whether fio collected any sample in this latency block (slat under psync has none).
+
+    fio-3.18 on says so in ``N``; before it, a block without samples is written as all zeros
+    (stat.c: ``if (!calc_lat(...)) min = max = 0; mean = dev = 0.0``).
+    """
+    if not stats:
+        return False
+    if "N" in stats:
+        return bool(stats["N"])
+    return any(stats.get(key) for key in ("min", "max", "mean", "stddev"))
 
 
-def _direction(prefix: str, block: dict[str, Any]) -> dict[str, Any]:
+def _ns(value: Any, scale: int) -> Any:
+    """A latency in ns; usec means carry fio's 6 decimals ("%f"), so 3 stay in ns (no float residue)."""
+    return value if scale == 1 else round(value * scale, 3)
+
+
+def _percentiles(stats: dict[str, Any], scale: int) -> dict[str, Any]:
+    """{'99.900000': value} in ns; drops the ``"0.00": 0`` entries fio-3.17 and older pad the list with."""
+    if not _sampled(stats):
+        return {}
+    return {key: _ns(value, scale) for key, value in (stats.get("percentile") or {}).items() if float(key) > 0}
+
+
+def _bytes(prefix: str, block: dict[str, Any], key: str, kib: bool) -> Any:
+    value = block.get(key)
+    if value is None or not kib:
+        return value
+    if not isinstance(value, int):
+        raise ParseError(f"{prefix}.{key}={value!r} is not a whole number of KiB")
+    return value * 1024
+
+
+def _version(text: Any) -> tuple[int, ...] | None:
+    """'fio-3.26-19-ge7e53' -> (3, 26); 'fio-2.1.3' -> (2, 1, 3); None when it reads otherwise."""
+    match = re.match(r"fio-(\d+(?:\.\d+)*)", str(text or ""))
+    return tuple(int(part) for part in match.group(1).split(".")) if match else None
+
+
+def _lat_under_clat(version: tuple[int, ...] | None, options: dict[str, Any]) -> bool:
+    """fio-3.1 to 3.12 with lat_percentiles=1: the percentiles under ``clat_ns`` are total-latency ones."""
+    return (version is not None and (3, 1) <= version < (3, 13)
+            and _bool_option(options.get("lat_percentiles", "0")) == 1)
+
+
+def _direction(prefix: str, block: dict[str, Any], lat_under_clat: bool = False) -> dict[str, Any]:
+    # fio-2.21 made io_bytes bytes and kept the old KiB value as io_kbytes: no io_kbytes, io_bytes is KiB.
+    kib = "io_bytes" in block and "io_kbytes" not in block
+    bw_bytes = block.get("bw_bytes")
+    if bw_bytes is None and block.get("bw") is not None:
+        # Before fio-3.2 only "bw", KiB/s (fio: bytes/s // 1024, so up to 1023 B/s under the exact value).
+        bw_bytes = block["bw"] * 1024
     row: dict[str, Any] = {
         f"{prefix}_iops": block.get("iops"),
-        # bw_bytes is bytes/s; the plain "bw" key is KiB/s and easy to mix up.
-        f"{prefix}_bw_bytes_per_s": block.get("bw_bytes"),
-        f"{prefix}_io_bytes": block.get("io_bytes"),
+        f"{prefix}_bw_bytes_per_s": bw_bytes,
+        f"{prefix}_io_bytes": _bytes(prefix, block, "io_bytes", kib),
         f"{prefix}_total_ios": block.get("total_ios"),
         f"{prefix}_runtime_ms": block.get("runtime"),
     }
-    for kind in ("clat", "lat", "slat"):
-        row[f"{prefix}_{kind}_mean_ns"] = _latency(block.get(f"{kind}_ns"))
-    clat_pct = (block.get("clat_ns") or {}).get("percentile") or {}
-    lat_pct = (block.get("lat_ns") or {}).get("percentile") or {}
+    # fio-3.x: *_ns blocks in ns; fio-2.x: the same blocks without the suffix, in usec.
+    unit_ns = "clat_ns" in block or "lat_ns" in block or "slat_ns" in block
+    scale, suffix = (1, "_ns") if unit_ns else (1000, "")
+    stats = {kind: block.get(f"{kind}{suffix}") or {} for kind in ("clat", "lat", "slat")}
+    for kind, block_stats in stats.items():
+        mean = block_stats.get("mean") if _sampled(block_stats) else None
+        row[f"{prefix}_{kind}_mean_ns"] = None if mean is None else _ns(mean, scale)
+    clat_pct, lat_pct = _percentiles(stats["clat"], scale), _percentiles(stats["lat"], scale)
+    if lat_under_clat and clat_pct and not lat_pct:
+        clat_pct, lat_pct = {}, clat_pct
     # Percentiles live under clat_ns by default, under lat_ns only with lat_percentiles=1
     # (under both when clat_percentiles stays on). Prefer clat; say which one filled the columns.
     chosen, source = (clat_pct, "clat") if clat_pct else (lat_pct, "lat") if lat_pct else ({}, None)
@@ -158,35 +249,53 @@ def _direction(prefix: str, block: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+# "mixed": unified_rw_reporting=1 sums reads and writes into one block (fio writes no read/write then).
+DIRECTIONS = ("read", "write", "trim", "mixed")
+# client.c names the sum over several servers "All clients" and tags it with the last server's hostname.
+ALL_CLIENTS = "All clients"
+
+
+def _timestamp_ms(doc: dict[str, Any]) -> Any:
+    if doc.get("timestamp_ms") is not None:
+        return doc["timestamp_ms"]
+    # client/server output and fio before 2.12 (commit aa7d2ef0) carry only "timestamp", in seconds
+    return None if doc.get("timestamp") is None else doc["timestamp"] * 1000
+
+
 @register_parser("fio")
 def parse_fio(data: bytes) -> list[dict[str, Any]]:
-    """One row per fio job: settings, read (and write/trim when used) results, CPU, options."""
-    doc = _load_json(data)
+    """One row per fio job: settings, read (and write/trim/mixed when used) results, CPU, options."""
+    doc, jobs = _load_json(data)
+    # fio writes "fio version" in every version; "fioversion" is that key with its blank squeezed out
+    # by tools that compact the JSON (yardstick's fio-2.1.3 samples).
+    version = doc.get("fio version", doc.get("fioversion"))
     global_options = doc.get("global options") or {}
     rows = []
-    for index, job in enumerate(doc["jobs"]):
+    for index, job in enumerate(jobs):
         if not isinstance(job, dict):
             raise ParseError(f"jobs[{index}] is not an object")
         name = job.get("jobname", f"jobs[{index}]")
+        printed = "job options" in job or "global options" in doc
         options = {**global_options, **(job.get("job options") or {})}
         row: dict[str, Any] = {
-            "fio_version": doc.get("fio version"),
-            "fio_timestamp_ms": doc.get("timestamp_ms"),
+            "fio_version": version,
+            "fio_timestamp_ms": _timestamp_ms(doc),
             "job_name": name,
             "groupid": job.get("groupid"),
             "error": job.get("error"),
-            **_job_settings(options, name),
+            **(_job_settings(options, name) if printed else UNKNOWN_SETTINGS),
             "runtime_ms": job.get("job_runtime"),
         }
-        for direction in ("read", "write", "trim"):
-            block = job.get(direction)
-            if block is None:
-                if direction == "read":
-                    raise ParseError(f"job {name!r} has no 'read' results")
-                continue
-            # Write and trim columns only when the job did such I/O, so a read-only sweep stays narrow.
+        if "hostname" in job:  # a client/server run: which server ran the job
+            row["fio_host"] = None if name == ALL_CLIENTS else job["hostname"]
+        blocks = {direction: job[direction] for direction in DIRECTIONS if isinstance(job.get(direction), dict)}
+        if not blocks:
+            raise ParseError(f"job {name!r} has no read, write, trim or mixed results")
+        for direction, block in blocks.items():
+            # Read columns always (the ladder reads them); write, trim and mixed ones only when the job did
+            # such I/O, so a read-only sweep stays narrow.
             if direction == "read" or block.get("io_bytes") or block.get("total_ios"):
-                row.update(_direction(direction, block))
+                row.update(_direction(direction, block, _lat_under_clat(_version(version), options)))
         row.update({
             "usr_cpu_pct": job.get("usr_cpu"),
             "sys_cpu_pct": job.get("sys_cpu"),
