@@ -162,7 +162,8 @@ class _LogReader:
         decode = fields.pop("decode_s_per_token", None)
         if self.summary_only and decode is not None:
             fields["s_per_token"] = decode
-        if prefix == "generation:" or not self.in_perf:
+        # summary-only: every moe-stream: line is a run of its own (a run prints one)
+        if prefix == "generation:" or not self.in_perf or (self.summary_only and prefix == "moe-stream:"):
             self.summaries.append({"request": self.request(), "source": "log", "_seen": set()})
             self.in_perf = True
         self.summaries[-1].update(fields)
