@@ -110,13 +110,14 @@ TABLES = {  # file: (build_commit, [(test, avg_tps, stddev_tps, n_gpu_layers, ba
                                                   ("tg128", 35.87, 1.01, 99, "Vulkan")], "2.37 GiB", 4_020_000_000),
     "ai-benchmarks-20-p550-rx580-vulkan.md": ("e598697d", [
         ("pp512", 346.76, 0.45, 99, "Vulkan"), ("pp4096", 255.79, 12.26, 99, "Vulkan"),
-        ("tg128", 36.23, 17.62, 99, "Vulkan"), ("pp4096+tg128", 182.59, 2.66, 99, "Vulkan")], "1.87 GiB", 3_210_000_000),
+        ("tg128", 36.23, 17.62, 99, "Vulkan"), ("pp4096+tg128", 182.59, 2.66, 99, "Vulkan")],
+        "1.87 GiB", 3_210_000_000),
     "issue18570-vulkan-r9-depth.md": (None, [
         ("pp512", 273.35, 0.0, 99, "Vulkan"), ("tg128", 42.74, 0.0, 99, "Vulkan"),
         ("pp512 @ d5000", 170.06, 0.0, 99, "Vulkan"), ("tg128 @ d5000", 9.09, 0.0, 99, "Vulkan")],
         "2.30 GiB", 3_430_000_000),
-    "issue25547-m5-blas-mtl.md": (None, [("pp256", 597.06, 0.0, None, "BLAS,MTL"), ("tg64", 20.21, 0.0, None, "BLAS,MTL")],
-                                  "5.28 GiB", 8_950_000_000),
+    "issue25547-m5-blas-mtl.md": (None, [("pp256", 597.06, 0.0, None, "BLAS,MTL"),
+                                         ("tg64", 20.21, 0.0, None, "BLAS,MTL")], "5.28 GiB", 8_950_000_000),
     "readme-5a32f10-depth-cuda.md": (None, [
         ("pp512", 7340.20, 23.45, 99, "CUDA"), ("tg128", 120.60, 0.59, 99, "CUDA"),
         ("pp512 @ d512", 6425.91, 18.88, 99, "CUDA"), ("tg128 @ d512", 116.71, 0.60, 99, "CUDA")],
