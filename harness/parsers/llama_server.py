@@ -84,24 +84,52 @@ def _is_openai(obj: dict[str, Any]) -> bool:
                                                     and "object" in obj)
 
 
-def _responses(objects: list[tuple[int, Any]]) -> list[tuple[int, dict[str, Any] | list[dict[str, Any]]]]:
-    """(line, native response | OpenAI chunks of one response): consecutive OpenAI objects sharing an ``id`` are
-    one streamed response."""
-    out: list[tuple[int, dict[str, Any] | list[dict[str, Any]]]] = []
-    group_id: Any = None
+Response = dict[str, Any] | list[dict[str, Any]]
+
+
+def _native(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A native stream's chunks -> its response: the last chunk, with the last ``timings`` any chunk carried (builds
+    that send timings with every token repeat them; a stream cut before its end has them on an earlier chunk)."""
+    timings = next((c["timings"] for c in reversed(chunks) if isinstance(c.get("timings"), dict)), None)
+    return {**chunks[-1], **({"timings": timings} if timings is not None else {})}
+
+
+def _responses(objects: list[tuple[int, Any]]) -> list[tuple[int, Response]]:
+    """(line, native response | OpenAI chunks of one response). A stream is one response: OpenAI chunks sharing an
+    ``id``; native chunks up to the one with ``"stop": true``. Objects without ``stop`` (the runner's records, errors)
+    stand alone."""
+    out: list[tuple[int, Response]] = []
+    openai_id: Any = None
+    native: list[dict[str, Any]] = []
+    native_line = 0
+
+    def close_native() -> None:
+        if native:
+            out.append((native_line, _native(native)))
+            native.clear()
+
     for number, obj in objects:
         if not isinstance(obj, dict):
             continue
-        if not _is_openai(obj):
-            out.append((number, obj))
-            group_id = None
+        if _is_openai(obj):
+            close_native()
+            chunks = out[-1][1] if out and openai_id is not None and obj.get("id") == openai_id else None
+            if isinstance(chunks, list):
+                chunks.append(obj)
+            else:
+                out.append((number, [obj]))
+            openai_id = obj.get("id")
             continue
-        chunks = out[-1][1] if out and group_id is not None and obj.get("id") == group_id else None
-        if isinstance(chunks, list):
-            chunks.append(obj)
-        else:
-            out.append((number, [obj]))
-        group_id = obj.get("id")
+        openai_id = None
+        if "stop" not in obj:
+            close_native()
+            out.append((number, obj))
+            continue
+        native_line = native_line if native else number
+        native.append(obj)
+        if obj.get("stop") is True:
+            close_native()
+    close_native()
     return out
 
 
@@ -141,7 +169,7 @@ def parse_llama_server(data: bytes) -> list[dict[str, Any]]:
             message = obj["error"].get("message") if isinstance(obj["error"], dict) else obj["error"]
             raise ParseError(f"llama-server returned an error: {message}", line=number)
         if "timings" not in obj:
-            continue  # a streamed token chunk
+            continue  # a build that sent no timings (or a stream cut before them)
         try:
             row = timings_row(obj)
         except ParseError as exc:
