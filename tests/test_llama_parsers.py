@@ -118,6 +118,17 @@ TABLES = {  # file: (build_commit, [(test, avg_tps, stddev_tps, n_gpu_layers, ba
         "2.30 GiB", 3_430_000_000),
     "issue25547-m5-blas-mtl.md": (None, [("pp256", 597.06, 0.0, None, "BLAS,MTL"),
                                          ("tg64", 20.21, 0.0, None, "BLAS,MTL")], "5.28 GiB", 8_950_000_000),
+    "pr4560-jetson-tx2-cuda.md": (None, [
+        ("pp512", 2.97, 0.05, 10, "CUDA"), ("tg128", 0.65, 0.0, 10, "CUDA"), ("pp512", 3.49, 0.03, 20, "CUDA"),
+        ("tg128", 0.83, 0.0, 20, "CUDA"), ("pp512", 4.38, 0.04, 30, "CUDA"), ("tg128", 1.14, 0.0, 30, "CUDA"),
+        ("pp512", 4.49, 0.03, 31, "CUDA")], "4.43 GiB", 7_720_000_000),
+    "pr6017-8xA100-n-batch.md": (None, [
+        ("pp512", 8381.22, 2.50, 99, "CUDA"), ("pp1024", 13312.63, 5.10, 99, "CUDA"),
+        ("pp2048", 14723.17, 5.76, 99, "CUDA")], "12.55 GiB", 6_740_000_000),
+    "issue13164-qwen3moe-vulkan-rpc-sm-row.md": (None, [
+        ("pp512 @ d512", 85.83, 0.80, 99, "Vulkan,RPC"), ("tg128 @ d512", 60.13, 0.61, 99, "Vulkan,RPC"),
+        ("pp512 @ d512", 138.50, 2.04, 99, "Vulkan,RPC"), ("tg128 @ d512", 60.72, 0.07, 99, "Vulkan,RPC"),
+        ("pp512 @ d512", 148.52, 1.58, 99, "Vulkan,RPC")], "15.25 GiB", 30_530_000_000),
     "readme-5a32f10-depth-cuda.md": (None, [
         ("pp512", 7340.20, 23.45, 99, "CUDA"), ("tg128", 120.60, 0.59, 99, "CUDA"),
         ("pp512 @ d512", 6425.91, 18.88, 99, "CUDA"), ("tg128 @ d512", 116.71, 0.60, 99, "CUDA")],
@@ -144,6 +155,11 @@ def test_bench_markdown_units_and_columns() -> None:
     rows = parse("llama-bench", (BENCH / "issue25547-m5-blas-mtl.md").read_bytes())
     assert rows[1]["n_threads"] == 4 and rows[1]["model_size_bytes"] == round(5.28 * 2**30)
     assert parse("llama-bench", (BENCH / "issue18570-vulkan-r9-depth.md").read_bytes())[3]["n_depth"] == 5000
+    rows = parse("llama-bench", (BENCH / "issue13164-qwen3moe-vulkan-rpc-sm-row.md").read_bytes())
+    assert [(r["n_batch"], r["split_mode"], r["n_depth"]) for r in rows][::2] == [(16, "row", 512), (32, "row", 512),
+                                                                                  (64, "row", 512)]
+    assert rows[0]["model_type"] == "qwen3moe 30B.A3B IQ4_XS - 4.25 bpw"  # wider than its column: still one cell
+    assert [r["n_batch"] for r in parse("llama-bench", (BENCH / "pr6017-8xA100-n-batch.md").read_bytes())] == [8192] * 3
 
 
 def test_bench_csv_sql_jsonl_of_one_build_read_alike() -> None:
