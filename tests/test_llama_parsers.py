@@ -324,3 +324,12 @@ def test_server_recorded_native_responses(name: str) -> None:
     assert (row["stop_type"], row["tokens_predicted"], row["tokens_evaluated"], row["tokens_cached"], row["prompt_n"],
             row["predicted_n"], row["predicted_ms"]) == NATIVE[name]
     assert row["truncated"] is False and row["cache_n"] is None and "prompt_tokens" not in row
+
+
+def test_server_older_build_stopped_flags_of_a_real_response() -> None:
+    """b1662 (Dec 2023) said why it stopped with stopped_eos/stopped_limit/stopped_word only."""
+    (row,) = parse("llama-server", (SERVER_DATA / "b1662-completion-stopped-limit.json").read_bytes())
+    assert row["stop_type"] == "limit"
+    assert (row["prompt_n"], row["prompt_ms"], row["predicted_n"], row["predicted_ms"]) == (11, 588.103, 128, 16142.462)
+    assert (row["tokens_predicted"], row["tokens_evaluated"], row["tokens_cached"]) == (128, 11, 139)
+    assert row["cache_n"] is None and row["decode_tps"] == 7.929397634635906  # this build had no cache_n
