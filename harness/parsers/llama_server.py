@@ -3,8 +3,9 @@
 
 Reads a saved response (one JSON object, or an array of them), JSONL of responses (or of the runner's
 requests.jsonl records, which keep ``timings`` at the top level), or a captured SSE stream (``data: {...}``
-lines, ``data: [DONE]``). Native: a row per response that carries ``timings`` (in a stream only the final message
-has them). Older builds lack ``cache_n``; ``draft_n``/``draft_n_accepted`` appear only with speculative decoding:
+lines, ``data: [DONE]``). Native: a row per response that carries ``timings``; a stream's chunks up to the one with
+``"stop": true`` are one response, with the last timings any of them carried (builds that send timings per token
+repeat them). Older builds lack ``cache_n``; ``draft_n``/``draft_n_accepted`` appear only with speculative decoding:
 those columns are None when absent. Builds before ``stop_type`` said why they stopped with ``stopped_eos``/
 ``stopped_limit``/``stopped_word``: those become ``stop_type`` eos/limit/word (none when all three are false).
 
