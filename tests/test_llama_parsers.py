@@ -8,6 +8,7 @@ import pytest
 
 from harness.parsers import ParseError, parse
 from harness.parsers.llama_bench import sample_rows
+from harness.parsers.llama_server import USAGE
 from tests.helpers import FIXTURES, cli_in_process
 
 BENCH = FIXTURES / "llama-bench"
@@ -301,6 +302,7 @@ _RECORDED_KEYS = ("finish_reason", "stop_type", "prompt_tokens", "completion_tok
 def test_server_recorded_openai_responses(name: str) -> None:
     (row,) = parse("llama-server", (SERVER_DATA / name).read_bytes())  # a stream's chunks are one response
     assert tuple(row[key] for key in _RECORDED_KEYS) == RECORDED[name]
+    assert set(USAGE) <= set(row)  # every OpenAI-compatible row has the usage columns, None where not printed
 
 
 def test_server_cached_prompt_tokens_are_visible() -> None:
