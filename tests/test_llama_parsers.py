@@ -335,3 +335,20 @@ def test_server_older_build_stopped_flags_of_a_real_response() -> None:
     assert (row["prompt_n"], row["prompt_ms"], row["predicted_n"], row["predicted_ms"]) == (11, 588.103, 128, 16142.462)
     assert (row["tokens_predicted"], row["tokens_evaluated"], row["tokens_cached"]) == (128, 11, 139)
     assert row["cache_n"] is None and row["decode_tps"] == 7.929397634635906  # this build had no cache_n
+
+
+@pytest.mark.parametrize("folder", ["llama-bench", "llama-server", "bmoe/summary-only"])
+def test_every_capture_names_its_source_and_is_read(folder: str) -> None:
+    """A capture without its SOURCE.md line cannot be checked against where it came from; each one is read (the
+    one published CSV whose rows do not match its header is refused, naming the line)."""
+    kind = {"llama-bench": "llama-bench", "llama-server": "llama-server", "bmoe/summary-only": "bmoe"}[folder]
+    source = (FIXTURES / folder.split("/")[0] / "SOURCE.md").read_text()
+    captures = sorted(p for p in (FIXTURES / folder).iterdir() if p.is_file() and p.name != "SOURCE.md")
+    assert len(captures) >= 10
+    for path in captures:
+        assert path.name in source, f"{path.name} is not in {folder}'s SOURCE.md"
+        if path.name == "readme-1773271-rtx3090ti-unmatched.csv":
+            with pytest.raises(ParseError, match="line 2"):
+                parse(kind, path.read_bytes())
+        else:
+            assert parse(kind, path.read_bytes()), path.name
