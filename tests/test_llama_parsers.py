@@ -279,20 +279,24 @@ def test_server_older_stopped_flags_become_stop_type() -> None:
 # file: (finish_reason, stop_type, prompt_tokens, completion_tokens, cached_tokens, cache_n, prompt_n, predicted_n,
 #        prompt_ms, predicted_ms, decode_tps)
 RECORDED = {
-    "genai-b5994-chat-stream-length.sse": ("length", "limit", 18, 16, None, None, 14, 16, 125.929, 739.608,
-                                           21.6330813079361),
-    "genai-b6134-chat-sync-tool-calls.json": ("tool_calls", None, 310, 48, None, None, 1, 48, 72.793, 9257.558,
-                                              5.18495266246239),
-    "genai-b6283-chat-stream-stop.sse": ("stop", None, 45, 11, None, None, 1, 11, 57.742, 458.747, 23.978358441581086),
-    "genai-b8180-chat-stream-length.sse": ("length", "limit", None, None, None, 0, 23, 16, 186.154, 1104.881,
-                                           14.481197522629133),
-    "genai-b8708-chat-sync-cached.json": ("stop", None, 386, 9, 327, 327, 59, 9, 185.637, 210.817, 42.69105432673835),
+    "genai-b5994-chat-stream-stop.sse": ("stop", None, 17, 3, None, None, 1, 3, 48.272, 95.575, 31.388961548522104),
+    "genai-b5994-chat-stream-tool-calls.sse": ("tool_calls", None, 303, 46, None, None, 1, 46, 100.854, 4345.916,
+                                               10.58465004845929),
+    # timings on the last two chunks: the response's are the last ones
+    "genai-b6134-chat-stream-stop-word.sse": ("stop", None, 22, 14, None, None, 17, 14, 127.418, 9204.5,
+                                              1.5209951654082243),
+    "genai-b6283-chat-stream-logprobs.sse": ("stop", None, 17, 3, None, None, 1, 3, 15.386, 71.362, 42.03918051624114),
+    "genai-b8180-chat-stream-length.sse": ("length", "limit", None, None, None, 4, 14, 16, 177.071, 1047.445,
+                                           15.275265049716214),
+    "genai-b8180-chat-sync-thinking.json": ("stop", None, 386, 11, None, 0, 386, 11, 2335.58, 991.101,
+                                            11.098767935861229),
     "genai-b9020-chat-sync-length.json": ("length", "limit", 19, 16, 0, 0, 19, 16, 19.679, 147.369, 108.57100204249197),
-    "genai-b9763-chat-stream-cache-n.sse": ("stop", None, None, None, None, 7, 45, 168, 74.109, 2079.278,
-                                            80.7972767470247),
+    "genai-b9020-chat-sync-stop.json": ("stop", None, 39, 14, 0, 0, 39, 14, 22.902, 84.321, 166.0321865253021),
+    "genai-b9020-chat-sync-cached.json": ("stop", None, 115, 3, 111, 111, 4, 3, 18.394, 19.788, 151.60703456640388),
     "genai-b10452-chat-stream-stop-word.sse": ("stop", None, None, None, None, 0, 20, 15, 11.44, 69.468,
                                                201.5316404675534),
-    "genai-b10452-chat-sync-cached.json": ("stop", None, 115, 3, 111, 111, 4, 3, 12.493, 15.052, 132.87270794578794),
+    "genai-b10452-chat-stream-length.sse": ("length", "limit", None, None, None, 0, 23, 16, 89.682, 140.907,
+                                            106.45319253124401),
 }
 _RECORDED_KEYS = ("finish_reason", "stop_type", "prompt_tokens", "completion_tokens", "cached_tokens", "cache_n",
                   "prompt_n", "predicted_n", "prompt_ms", "predicted_ms", "decode_tps")
@@ -306,22 +310,22 @@ def test_server_recorded_openai_responses(name: str) -> None:
 
 
 def test_server_cached_prompt_tokens_are_visible() -> None:
-    """The row no longer hides that 111 of 115 prompt tokens came from the cache (b10452) or 327 of 386 (b8708)."""
-    (row,) = parse("llama-server", (SERVER_DATA / "genai-b10452-chat-sync-cached.json").read_bytes())
+    """The row no longer hides that 111 of 115 prompt tokens came from the cache (b9020)."""
+    (row,) = parse("llama-server", (SERVER_DATA / "genai-b9020-chat-sync-cached.json").read_bytes())
     assert (row["cached_tokens"], row["prompt_tokens"], row["prompt_n"]) == (111, 115, 4)
-    assert row["total_tokens"] == 118 and row["prefill_tps"] == 320.1793004082286
+    assert row["total_tokens"] == 118 and row["prefill_tps"] == 217.46221593998044
 
 
 NATIVE = {  # file: (stop_type, tokens_predicted, tokens_evaluated, tokens_cached, prompt_n, predicted_n, predicted_ms)
-    "genai-native-2025-07-completion-sync-eos.json": ("eos", 3, 17, 19, 1, 3, 110.105),
-    "genai-native-2025-07-completion-sync-limit.json": ("limit", 16, 18, 33, 1, 16, 834.469),
-    "genai-native-2025-07-completion-stream-word.sse": ("word", 12, 21, 32, 17, 12, 618.955),
+    "genai-native-completion-sync-eos.json": ("eos", 3, 17, 19, 1, 3, 110.105),
+    "genai-native-completion-sync-limit.json": ("limit", 16, 18, 33, 1, 16, 834.469),
+    "genai-native-completion-stream-word.sse": ("word", 12, 21, 32, 17, 12, 618.955),
 }
 
 
 @pytest.mark.parametrize("name", sorted(NATIVE))
 def test_server_recorded_native_responses(name: str) -> None:
-    """July 2025 /completion responses; the stream sends timings on its last two chunks: one response, the last's."""
+    """2025 /completion responses; the stream sends timings on its last two chunks: one response, the last's."""
     (row,) = parse("llama-server", (SERVER_DATA / name).read_bytes())
     assert (row["stop_type"], row["tokens_predicted"], row["tokens_evaluated"], row["tokens_cached"], row["prompt_n"],
             row["predicted_n"], row["predicted_ms"]) == NATIVE[name]
