@@ -276,3 +276,58 @@ def test_answer_text_with_unicode_line_separators_stays_inside_its_json_line() -
             '"dense_resident_frac":1.000,"delta_reasoning":"","delta_text":"a\u2028b\x85c\\u001c"}\n')
     tokens = parse_bmoe_log(line.encode())["tokens"]
     assert [(row["token"], row["read_bytes"]) for row in tokens] == [(1, MIB)]
+
+
+# summary-only logs: cuts of the archive's logs holding only the end-of-run moe- lines (SOURCE.md, summary-only/)
+SUMMARY_ONLY = {  # file: (s_per_token, read_mib, read_mib_per_token, compute, mgmt, io, MiB/s, stall, cache_hit_pct)
+    "2026-07-12_qwen_stream.moe.log": (0.585, 268992.0, 1050.75, 0.123, None, 0.462, 2272, None, None),
+    "2026-07-12_qwen_stream_ov.moe.log": (0.785, 268992.0, 1050.75, 0.412, None, 1.627, 646, None, None),
+    "2026-07-12_gemma_c2000_l4.moe.log": (0.447, 93586.7, 365.57, 0.226, None, 0.221, 1652, None, 58.0),
+    "2026-07-12-pr23_gemma_base.moe.log": (0.317, 93562.6, 365.48, 0.138, 0.046, 0.535, 683, 0.133, 58.0),
+    "2026-07-12-pr23_qwen_sg_pf2.moe.log": (0.334, 98947.3, 386.51, 0.230, 0.099, 0.464, 834, 0.006, 88.1),
+    "2026-07-13_qwen_auto_ov.moe.log": (0.229, 43391.7, 169.50, 0.154, 0.024, 0.236, 718, 0.051, 81.5),
+    "2026-07-14_gptoss-matrix_k2_io4_pf0.moe.log": (1.455, 12858.0, 535.75, 1.159, 0.094, 0.747, 717, 0.202, 20.4),
+    "2026-07-15-route-trace_qwen.moe.log": (0.177, 20023.9, 156.44, 0.114, 0.021, 0.208, 753, 0.042, 74.9),
+    "2026-07-17_driver-k2.moe.log": (0.456, 151128.4, 590.35, 0.156, 0.084, 1.118, 528, 0.217, 32.0),
+    "2026-07-20-cache-replay_driver2_lanes8.moe.log": (0.414, 150371.5, 587.39, 0.131, 0.067, 1.065, 551, None, 32.3),
+    "2026-07-20-sidecar_ab-sidecar_a1.moe.log": (0.396, 62868.0, 654.88, 0.068, 0.0, 0.327, 2001, None, None),
+}
+_SUMMARY_ONLY_KEYS = ("s_per_token", "read_mib", "read_mib_per_token", "compute_s_per_token", "mgmt_s_per_token",
+                      "io_s_per_token", "read_mib_per_s", "stall_s_per_token", "cache_hit_pct")
+
+
+@pytest.mark.parametrize("name", sorted(SUMMARY_ONLY))
+def test_summary_only_log_values_by_hand_and_the_rest_null(name: str) -> None:
+    tables = parse_bmoe_log((DATA / "bmoe" / "summary-only" / name).read_bytes())
+    assert tables["tokens"] == []
+    (row,) = tables["summary"]
+    assert tuple(row[key] for key in _SUMMARY_ONLY_KEYS) == SUMMARY_ONLY[name]
+    assert row["source"] == "log" and row["streaming"] is True
+    # what a summary-only log does not print: no invented token count, rate, prefill or load time
+    assert (row["tokens"], row["tok_s"], row["n_prompt"], row["prefill_s"], row["load_s"], row["ttft_s"]) == (
+        None, None, None, None, None, None)
+
+
+def test_summary_only_prefetch_and_auto_budget_lines() -> None:
+    (row,) = parse_bmoe_log((DATA / "bmoe" / "summary-only" / "2026-07-12-pr23_qwen_sg_pf2.moe.log").read_bytes())[
+        "summary"]
+    assert (row["spec_read_mib"], row["spec_useful"], row["spec_experts"]) == (42606.2, 12449, 13734)
+    (row,) = parse_bmoe_log((DATA / "bmoe" / "summary-only" / "2026-07-13_qwen_auto_ov.moe.log").read_bytes())[
+        "summary"]
+    assert (row["cache_budget_mib"], row["cache_resizes"], row["cache_resident_mib"]) == (4675, 0, 4675.3)
+
+
+def test_summary_only_lines_of_several_runs_give_a_row_each() -> None:
+    """What `grep -E 'moe-stream:|moe-overlap:'` keeps of a log holding several runs."""
+    folder = DATA / "bmoe" / "summary-only"
+    data = b"".join((folder / name).read_bytes() for name in (
+        "2026-07-17_driver-k2.moe.log", "2026-07-12_qwen_stream.moe.log", "2026-07-12-pr23_gemma_base.moe.log"))
+    rows = parse_bmoe_log(data)["summary"]
+    assert [(r["request"], r["s_per_token"], r["overlap"]) for r in rows] == [
+        (0, 0.456, True), (1, 0.585, False), (2, 0.317, True)]
+
+
+def test_summary_only_does_not_change_full_logs() -> None:
+    """A log with its generation: line is read as before: the moe-stream decode figure is not a column there."""
+    (row,) = parse_bmoe_log((DATA / "bmoe" / "2026-07-12_qwen_stream.log").read_bytes())["summary"]
+    assert "decode_s_per_token" not in row and row["s_per_token"] == 0.585 and row["tokens"] == 256

@@ -38,6 +38,7 @@ _CSV_RENAMED = {"step": "token", "turn": "request"}
 # end-of-run lines this parser does not read (moe-spec-gate, moe-predict, moe-waits, moe-route-ahead, mtp, ngram)
 _OTHER_PERF = ("moe-", "mtp:", "ngram:", "  layer")
 _STREAM_ONLY = ("io_ms", "compute_ms", "mgmt_ms", "stall_ms", "read_bytes")
+_SUMMARY_ONLY_OPENERS = ("moe-stream:", "moe-overlap:")
 
 
 def _token_row(values: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +119,10 @@ def _answer_sha256(data: bytes) -> list[str]:
 class _LogReader:
     """State while reading a log: tokens so far, the summary being filled, which generation we are in."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, summary_only: bool = False) -> None:
+        # summary_only: the log holds no generation: line, only what a script grepped out of a run (its moe-stream:
+        # / moe-overlap: lines); each such line not inside a block then opens one
+        self.summary_only = summary_only
         self.tokens: list[dict[str, Any]] = []
         self.summaries: list[dict[str, Any]] = []
         self.session_id: int | None = None
@@ -141,7 +145,8 @@ class _LogReader:
             self.in_answer = True
         elif line.startswith("BMOE_"):
             self.protocol(line, number_)
-        elif line.startswith("generation:") or self.in_perf:
+        elif line.startswith("generation:") or self.in_perf or (
+                self.summary_only and line.startswith(_SUMMARY_ONLY_OPENERS)):
             self.perf(line, number_)
 
     def perf(self, line: str, number_: int) -> None:
@@ -153,7 +158,12 @@ class _LogReader:
             self.in_perf = line.startswith(_OTHER_PERF)
             return
         prefix, fields = found
-        if prefix == "generation:":
+        # the decode s/token of moe-stream: repeats generation:'s; a summary-only log has only this one
+        decode = fields.pop("decode_s_per_token", None)
+        if self.summary_only and decode is not None:
+            fields["s_per_token"] = decode
+        # summary-only: every moe-stream: line is a run of its own (a run prints one)
+        if prefix == "generation:" or not self.in_perf or (self.summary_only and prefix == "moe-stream:"):
             self.summaries.append({"request": self.request(), "source": "log", "_seen": set()})
             self.in_perf = True
         self.summaries[-1].update(fields)
@@ -177,18 +187,29 @@ class _LogReader:
         # BMOE_DONE repeats: neither adds a value
 
 
-def parse_bmoe_log(data: bytes) -> dict[str, list[dict[str, Any]]]:
-    """bmoe-cli's stdout (and/or stderr) -> {"tokens": one row per BMOE_PROGRESS, "summary": one row per
-    generation (end-of-run lines or BMOE_DONE)}. ParseError when there is neither."""
-    reader = _LogReader()
+def _read_log(text: str, *, summary_only: bool) -> _LogReader:
+    reader = _LogReader(summary_only=summary_only)
     # split at "\n" only: str.splitlines would also cut at U+2028 and the like, which BMOE_PROGRESS's delta_text
     # carries unescaped inside its JSON
-    for number_, raw in enumerate(text_of(data).split("\n"), start=1):
+    for number_, raw in enumerate(text.split("\n"), start=1):
         line = raw.rstrip()
         if line:
             reader.line(line, number_)
+    return reader
+
+
+def parse_bmoe_log(data: bytes) -> dict[str, list[dict[str, Any]]]:
+    """bmoe-cli's stdout (and/or stderr) -> {"tokens": one row per BMOE_PROGRESS, "summary": one row per
+    generation (end-of-run lines or BMOE_DONE)}. A log without any of those is read again as a summary-only log
+    (the moe-stream: / moe-overlap: lines a script grepped out of runs: a row per block they open, None for what
+    they do not print). ParseError when there is none of it."""
+    text = text_of(data)
+    reader = _read_log(text, summary_only=False)
     if not reader.tokens and not reader.summaries:
-        raise ParseError("no BigMoeOnEdge output found (no BMOE_PROGRESS, BMOE_DONE or 'generation:' line)")
+        reader = _read_log(text, summary_only=True)
+    if not reader.tokens and not reader.summaries:
+        raise ParseError("no BigMoeOnEdge output found (no BMOE_PROGRESS, BMOE_DONE, 'generation:', 'moe-stream:' "
+                         "or 'moe-overlap:' line)")
     hashes = _answer_sha256(data if isinstance(data, bytes) else data.encode())
     summaries = []
     for index, row in enumerate(reader.summaries):

@@ -27,7 +27,7 @@ END_OF_RUN: dict[str, tuple[re.Pattern[str], ...]] = {prefix: tuple(re.compile(p
     "prefill:": (rf"prefill: (?P<n_prompt>{_I}) tokens, (?P<prefill_s>{_N}) s \((?P<prefill_tps>{_N}) tok/s\) \| "
                  rf"model load (?P<load_s>{_N}) s \| TTFT (?P<ttft_s>{_N}) s",),
     "moe-stream:": (rf"moe-stream: read (?P<read_mib>{_N}) MiB \((?P<read_mib_per_token>{_N}) MiB/token\), decode "
-                    rf"{_N} s/token \(compute (?P<compute_s_per_token>{_N})(?: \+ cache mgmt "
+                    rf"(?P<decode_s_per_token>{_N}) s/token \(compute (?P<compute_s_per_token>{_N})(?: \+ cache mgmt "
                     rf"(?P<mgmt_s_per_token>{_N}))? \+ flash I/O (?P<io_s_per_token>{_N}) s/token, "
                     rf"(?P<read_mib_per_s>{_N}) MiB/s\)(?:.*stall_s/tok=(?P<stall_s_per_token>{_N}))?",),
     "moe-cache:": (rf"moe-cache: (?P<cache_hit_pct>{_N})% hit, resident (?P<cache_resident_mib>{_N}) MiB"
