@@ -118,3 +118,27 @@ def test_resume_leaves_alone_a_process_that_took_the_recorded_runner_pid(tmp_pat
     assert runs[0]["adopted"] == f"{reason}; measured again"
     assert reason in " ".join(done.stdout.split())
     assert runs[0]["runner_pid"] != sleeper.pid  # measured again: a runner of its own
+
+
+def test_a_resume_that_only_adopts_makes_no_data_file_and_removes_the_killed_controllers(tmp_path: Path) -> None:
+    """The controller is killed during the set's last run: --resume only has to wait for it. No data file is made
+    (nothing is left to measure), and the one the killed controller made is removed at the end, as its own would
+    have been."""
+    release = tmp_path / "go"
+    ctl = Controller(tmp_path, "run", runtime_s=3, release=release)
+    ctl.release_at("run", 1, release)
+    wait_for("the last run's runner to start", lambda: sum("paused at run" in x for x in ctl.lines) >= 2, 300)
+    code, _out, _err = ctl.stop(signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    (path,) = list(ctl.results.iterdir())
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["ok", "running"]
+    assert (ctl.scratch / "data.bin").exists()  # the killed controller could not remove it
+    done = run_campaign("--resume", manifest["set_id"], "--results", str(ctl.results))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "creating data" not in done.stdout
+    (final,) = list(ctl.results.iterdir())
+    rs = load_result_set(final)
+    assert rs.complete and [r["status"] for r in rs.manifest["runs"]] == ["ok", "ok"]
+    assert rs.manifest["runs"][1]["runner_pid"] == manifest["runs"][1]["runner_pid"]  # adopted, not run again
+    assert not list(ctl.scratch.glob("data.bin*")), "the killed controller's data file was left in scratch"

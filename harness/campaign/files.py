@@ -77,9 +77,11 @@ def prepare_files(ctx: CampaignContext, session: TargetSession,
     return files, records
 
 
-def made_earlier(records: dict[str, Any]) -> list[str]:
-    """The data files an earlier controller of a resumed set created on a target (its manifest's records)."""
-    return [record["path"] for record in records.values() if record.get("created")]
+def made_earlier(ctx: CampaignContext, session: TargetSession, records: dict[str, Any]) -> list[str]:
+    """The data files an earlier controller of a resumed set created on a target (its manifest's records), in the
+    scratch directory this campaign uses (only there may it remove them)."""
+    inside = scratch_dir(ctx, session).rstrip("/") + "/"
+    return [r["path"] for r in records.values() if r.get("created") and str(r.get("path", "")).startswith(inside)]
 
 
 def create_file(ctx: CampaignContext, session: TargetSession, path: str, size: int) -> None:

@@ -26,7 +26,7 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
     if not todo:
         return  # a resumed set with nothing left here: no data files made, nothing probed again
     # what a killed controller of this set made here and could not remove goes at the end, like this one's own
-    created.extend(files.made_earlier(writer.manifest.get("files", {}).get(target.name, {})))
+    created.extend(files.made_earlier(ctx, session, writer.manifest.get("files", {}).get(target.name, {})))
     try:
         ctx.progress.target_started(target.name, len(todo))
         todo = adopt(ctx, writer, session, todo)
@@ -64,6 +64,8 @@ def adopt(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession,
         if (session.target.name, run.run_id) in ctx.resumed_running:
             if ctx.interrupt.is_set():
                 raise KeyboardInterrupt
+            if session.lease is not None:
+                session.lease.check()
             if pull_finished(ctx, session, writer, run):
                 continue
         left.append(run)
