@@ -122,7 +122,9 @@ def _clean_up(ctx, record, native_bin, files, device):
     """Stop what the run started, undo its emulation, stop the collectors; what is left goes into the record."""
     for signum in STOP_SIGNALS:  # nothing may cut the clean-up short
         signal.signal(signum, signal.SIG_IGN)
-    ctx.cleanup()
+    ctx.cleanup()  # each step process's group, then what of it left the group (runner.reap)
+    if ctx.left_running["stopped"] or ctx.left_running["left"]:
+        record["left_running_stopped"] = ctx.left_running
     ctx.interference.stop()  # a step that failed or was stopped: only its sampling thread ends
     record.setdefault("step_ended", now())
     record.setdefault("blockstat_after", blockstat_line(device))

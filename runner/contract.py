@@ -13,7 +13,7 @@ runner/agent.py.
 
 from typing import Any, Dict, List, Optional, TypedDict, Union
 
-CONTRACT_VERSION = "1.1"  # 1.1: run.json "interference"
+CONTRACT_VERSION = "1.2"  # 1.1: run.json "interference"; 1.2: "left_running_stopped"
 
 _DOCUMENTS = {"runner": "run spec", "controller": "run record"}  # what each reader reads
 
@@ -186,6 +186,9 @@ class RunRecord(_RunRecordKeys, total=False):
     traceback: str  # status error: the runner's own bug
     block_device: Optional[str]  # the device resolved for the run's files
     strays_stopped: Dict[str, Any]  # processes an earlier, killed run of the set left: stopped, left
+    # 1.2: this run's processes that outlived their step process's group (fio's setsid job processes after its
+    # leader was killed), stopped before the record was written: stopped, left (pid, comm, run, process)
+    left_running_stopped: Dict[str, Any]
     emulation_repaired: Dict[str, Any]  # what a dead runner's emulation had left changed, restored
     emulation: Optional[Dict[str, Any]]  # settings, effective values, cgroups, stats; None: no emulation
     entry_state: Dict[str, Any]  # memory, load, heat, clocks, device_inflight before the step

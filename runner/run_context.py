@@ -1,11 +1,12 @@
 """What a step may do: make paths in the run directory, spawn processes (tracked, in the run's emulation cgroup),
-wait for them (keeping their rusage) and stop them."""
+wait for them (keeping their rusage) and stop them: their process group, and what left it (runner.reap)."""
 
 import os
 import signal
 import subprocess
 import time
 
+from runner import reap
 from runner.interference import InterferenceMeter
 from runner.steps.base import StepFailed
 from runner.util import tail
@@ -38,6 +39,9 @@ class RunContext:
         self.emulation = emulation
         self.processes = []
         self.rusage = {}
+        # what outlived a step process's group (fio's setsid job processes once its leader was killed): stopped by
+        # kill(), listed in the run record
+        self.left_running = {"stopped": [], "left": []}
         self.interference = InterferenceMeter()  # started and stopped around the step by the agent
 
     def path(self, name):
@@ -50,12 +54,14 @@ class RunContext:
         # A stop signal between fork and the append below would leave a child nobody tracks: hold
         # the signals until it is in self.processes (the child unblocks them before exec).
         held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        tag = "%d/%d" % (os.getpid(), len(self.processes))  # unique while this runner lives: its descendants' tag
         try:
             # the child also joins the emulation cgroup before exec: all it touches is charged there
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True, cwd=self.run_dir,
-                                    env=dict(os.environ, **(env or {})), preexec_fn=self._child_setup)
-            proc.log_name = name
+                                    env=dict(os.environ, **(env or {}), **{reap.SPAWN: tag}),
+                                    preexec_fn=self._child_setup)
+            proc.log_name, proc.spawn_tag = name, tag
             self.processes.append(proc)
         except OSError as exc:
             raise StepFailed("cannot start %s: %s" % (argv[0], exc)) from None
@@ -105,9 +111,16 @@ class RunContext:
         return proc.returncode
 
     def kill(self, proc, grace_s=3.0):
-        """Stop a process group this run started: SIGTERM, then SIGKILL after a grace period, until no process
-        of the group is left. The leader having exited is not enough: fio's workers stay in its group and went
-        on reading after fio itself was killed."""
+        """Stop a process this run started: its process group, then whatever of it left the group."""
+        self._kill_group(proc, grace_s)
+        # fio's job processes call setsid: outside the group, they read on after fio's leader was SIGKILLed
+        found = reap.reap_spawned(proc.spawn_tag)
+        for key in ("stopped", "left"):
+            self.left_running[key] += [dict(item, process=proc.log_name) for item in found[key]]
+
+    def _kill_group(self, proc, grace_s):
+        """SIGTERM, then SIGKILL after a grace period, until no process of the group is left. The leader having
+        exited is not enough: fio's workers stay in its group and went on reading after fio itself was killed."""
         for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(proc.pid, signum)

@@ -119,6 +119,43 @@ def test_a_killed_run_leaves_nothing_reading_while_the_next_run_is_measured(tmp_
     assert "strays_stopped" not in second  # the controller had stopped them already
 
 
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+
+
+def test_a_killed_fio_leader_leaves_no_job_process_for_the_next_run(tmp_path: Path) -> None:
+    """SIGKILL fio's leader while its job process reads: the job process had called setsid, so stopping fio's
+    process group missed it; it read on past the run's record and the next run's runner stopped it
+    (strays_stopped). Now the run stops it itself before it is recorded, and its record says so."""
+    release = tmp_path / "go"
+    ctl = Controller(tmp_path, "run,between-runs", runtime_s=3, release=release)
+    set_id = json.loads((_set_dir(ctl) / "manifest.json").read_text())["set_id"]
+    release.touch()
+
+    def leader_and_job() -> tuple[int, int] | None:
+        fio = {pid for pid, comm, _ in reap.strays(set_id) if comm == "fio"}
+        jobs = [pid for pid in fio if os.getsid(pid) == pid and _ppid(pid) in fio]  # its own session
+        return (_ppid(jobs[0]), jobs[0]) if jobs else None
+
+    leader, job = wait_for("fio's job process in the first run", leader_and_job, 60)
+    os.kill(leader, signal.SIGKILL)
+    wait_for("the first run to be recorded", lambda: any("paused at between-runs" in x for x in ctl.lines), 120)
+    assert reap.strays(set_id) == []  # recorded: nothing of the run reads on
+    release.touch()
+    ctl.release_at("run", 2, release)
+    ctl.release_at("between-runs", 2, release)
+    code, out, err = ctl.stop(None)
+    assert code == 1, out + err
+    (final,) = list(ctl.results.iterdir())
+    runs = json.loads((final / "manifest.json").read_text())["runs"]
+    assert [r["status"] for r in runs] == ["failed", "ok"]
+    first, second = (json.loads((final / "raw" / "local" / r["run_id"] / "run.json").read_text()) for r in runs)
+    assert first["error"].startswith("fio exited with -9")
+    stopped = first["left_running_stopped"]["stopped"]
+    assert [(p["pid"], p["comm"], p["process"]) for p in stopped] == [(job, "fio", "fio")]
+    assert "strays_stopped" not in second
+
+
 def _fill(disk: Path) -> Path:
     """Write zeros to ``disk`` until it is full, to the last byte; returns the file (unlink it to free the disk)."""
     filler = disk / "filler"

@@ -28,7 +28,7 @@ from harness.config.target import Target
 from harness.results.store import ResultSetWriter
 from runner.contract import CONTRACT_VERSION
 from runner.util import write_checksums
-from tests.helpers import REPO
+from tests.helpers import REPO, wait_for
 
 EXPERIMENT = """\
 name: unit
@@ -130,11 +130,20 @@ def test_states_move_only_along_their_transitions(
         lifecycle.pull()
 
 
-def _detached_sleep() -> int:
+def _detached_sleep(*args: str) -> int:
     """A process that is not our child (as a runner started detached is not the controller's): it is reaped when
-    it dies, so a stop is seen at once rather than after a zombie's grace period."""
-    out = subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+    it dies, so a stop is seen at once rather than after a zombie's grace period. ``args`` end up in its command
+    line (a runner's has its spec path)."""
+    sleeper = "import sys, time; time.sleep(600)"
+    out = subprocess.run(["sh", "-c", 'python3 -c "$0" "$@" >/dev/null 2>&1 & echo $!', sleeper, *args],
+                         capture_output=True, text=True)
     return int(out.stdout.strip())
+
+
+def _identity(pid: int) -> str:
+    """What a runner is recorded with besides its pid: its start time (field 22 of /proc/PID/stat) and the boot id."""
+    start = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
+    return f"{start}@{Path('/proc/sys/kernel/random/boot_id').read_text().strip()}"
 
 
 def _gone_at(pid: int) -> float:
@@ -155,12 +164,14 @@ def test_an_adopted_run_still_running_past_its_limit_is_stopped_and_failed(
     session = TargetSession(target, LocalTransport(target), PLATFORMS["linux"], str(REPO), str(tmp_path / "bin"))
     writer = new_writer(ctx, tmp_path / "results")
     run = ctx.plan.runs[0]
-    hung = _detached_sleep()  # stands in for a runner that never writes DONE
+    remote = Path(session.workdir) / "runs" / ctx.set_id / run.run_id
+    hung = _detached_sleep(str(remote / "spec.json"))  # stands in for a runner that never writes DONE
     try:
         started = None if started_ago_s is None else round(time.time() - started_ago_s, 3)
-        writer.update_run(run.run_id, target="local", status="running", runner_pid=hung, runner_started=started)
+        writer.update_run(run.run_id, target="local", status="running", runner_pid=hung,
+                          runner_identity=_identity(hung), runner_started=started)
         lifecycle = RunLifecycle.adopt(ctx, session, writer, run)
-        remote = Path(lifecycle.remote_dir)
+        assert Path(lifecycle.remote_dir) == remote
         remote.mkdir(parents=True)
         (remote / "spec.json").write_text(json.dumps(build_spec(ctx, session, run, {"data": "/x"}, str(remote))))
         began, stopped_at = time.monotonic(), []
@@ -181,3 +192,43 @@ def test_an_adopted_run_still_running_past_its_limit_is_stopped_and_failed(
         assert waited >= limit_s - 0.1  # no start recorded: the whole limit, from the adoption
     else:
         assert waited < 30  # 2 s were left of the 60 when it was adopted: not the whole limit again
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("record", ["identity", "older-manifest"])
+def test_an_adopted_runner_whose_pid_is_another_process_now_is_left_alone(tmp_path: Path, record: str) -> None:
+    """The runner and its controller were killed and the pid was reused (a board reboot): --resume used to wait
+    for the unrelated process under the watchdog, then SIGTERM and SIGKILL it. Now it is left alone, and the run,
+    gone without DONE, is measured again with one line saying why. With an identity in the record, even a process
+    whose command line has the run's spec path is told apart (by its start time); an older manifest's record
+    (a pid alone) by that marker."""
+    (tmp_path / "unit.yaml").write_text(EXPERIMENT + "run_timeout_s: 1\n")
+    target = Target(name="local", workdir=str(tmp_path / "work"))
+    ctx = CampaignContext(build_plan(load_experiment(tmp_path / "unit.yaml")), [target], Said())
+    session = TargetSession(target, LocalTransport(target), PLATFORMS["linux"], str(REPO), str(tmp_path / "bin"))
+    writer = new_writer(ctx, tmp_path / "results")
+    run = ctx.plan.runs[0]
+    spec_path = str(Path(session.workdir) / "runs" / ctx.set_id / run.run_id / "spec.json")
+    runner = _detached_sleep(spec_path)
+    identity = _identity(runner)
+    os.kill(runner, signal.SIGKILL)
+    wait_for("the runner to be gone", lambda: not Path(f"/proc/{runner}").exists(), 10)
+    # the pid now names an unrelated process: one started after the runner (written into the record, as reuse)
+    reused = _detached_sleep(spec_path) if record == "identity" else _detached_sleep()
+    try:
+        fields = {"runner_identity": identity} if record == "identity" else {}
+        writer.update_run(run.run_id, target="local", status="running", runner_pid=reused,
+                          runner_started=round(time.time() - 60, 3), **fields)
+        lifecycle = RunLifecycle.adopt(ctx, session, writer, run)
+        Path(lifecycle.remote_dir).mkdir(parents=True)
+        Path(spec_path).write_text(json.dumps(build_spec(ctx, session, run, {"data": "/x"}, lifecycle.remote_dir)))
+        assert not lifecycle.finish_adopted()  # measured again
+        assert Path(f"/proc/{reused}").exists(), "the process that took the recorded pid was stopped"
+        assert Path(f"/proc/{reused}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"  # not a zombie either
+    finally:
+        if Path(f"/proc/{reused}").exists():
+            os.kill(reused, signal.SIGKILL)
+    entry = _entry(writer, run.run_id)
+    assert entry["status"] == "running" and lifecycle.state is RunState.DIED  # the new measurement records it
+    said = f"the recorded runner is gone and pid {reused} is now another process: left alone"
+    assert entry["adopted"] == f"{said}; measured again"

@@ -5,10 +5,18 @@ loopback ran fio in parallel, and one board's next run SIGKILLed the other's fio
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from runner import reap
+from runner.collectors.run import Collectors
+from runner.run_context import RunContext
+from runner.steps.base import StepFailed
+from tests.helpers import wait_for
 
 
 def _marked(mark: str) -> subprocess.Popen[bytes]:
@@ -32,3 +40,45 @@ def test_a_reap_stays_inside_its_target_and_set() -> None:
         for proc in (a, b, other):
             proc.kill()
             proc.wait()
+
+
+# a step process that forks a child which leaves its process group and session, as fio's job processes do
+LEADER_AND_SETSID_CHILD = """
+import os, sys, time
+child = os.fork()
+if child == 0:
+    os.setsid()
+    time.sleep(600)
+    os._exit(0)
+print(child, flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_what_left_a_step_process_group_is_stopped_in_its_own_run(tmp_path: Path) -> None:
+    """fio's job processes call setsid: once fio's leader was SIGKILLed mid-run its group was gone, the run was
+    recorded while a job process read on, and only the next run's runner stopped it (its strays_stopped). Now
+    stopping a step's process stops what left its group too, before the record is written, which says so."""
+    ctx = RunContext({}, str(tmp_path), Collectors([], str(tmp_path / "bin"), str(tmp_path), None))
+    leader = ctx.spawn([sys.executable, "-c", LEADER_AND_SETSID_CHILD], name="leader")
+    child = int(wait_for("the child process", lambda: (tmp_path / "leader.stdout").read_text().strip(), 30))
+    try:
+        assert os.getsid(child) == child != os.getsid(leader.pid)  # outside the leader's group and session
+        os.kill(leader.pid, signal.SIGKILL)
+        with pytest.raises(StepFailed, match="leader exited with -9"):
+            ctx.wait(leader, 30)
+        ctx.cleanup()  # what the runner does before it writes run.json
+        assert not _running(child), "the child that left the step's group outlived the run"
+        assert [(p["pid"], p["process"]) for p in ctx.left_running["stopped"]] == [(child, "leader")]
+        assert ctx.left_running["left"] == []
+    finally:
+        if _running(child):
+            os.kill(child, signal.SIGKILL)
+

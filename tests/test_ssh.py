@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.boards.inventory import load_target
+from harness.boards.transports.procid import GONE, OTHER, SAME
 from harness.boards.transports.ssh import SshTransport
 from harness.errors import ConfigError, TargetError
 from harness.results.loader import load_result_set
@@ -125,6 +126,34 @@ def test_detached_process_outlives_the_connection(board: Path, sshd: SshServer, 
         victim = transport.start_detached(["sleep", "100"], cwd="/", log=f"{workdir}/e/log")
         transport.signal(victim, 9)
         wait_for("the signalled process to be gone", lambda: not transport.alive(victim))
+    finally:
+        transport.close()
+
+
+@pytest.mark.slow
+@pytest.mark.fault
+def test_a_recorded_pid_is_signalled_only_while_it_names_the_recorded_process(board: Path, workdir: str) -> None:
+    """The identity check runs on the board, in the same shell as the kill: a pid whose process is gone and whose
+    number another process holds (same command line, as a reused runner pid could be) is left alone."""
+    transport = _transport(board)
+    try:
+        marker = f"{workdir}/runs/s/0001/spec.json"
+        sleeper = ["python3", "-c", "import time; time.sleep(100)", marker]  # the marker in its command line
+        first = transport.start_detached(sleeper, cwd="/", log=f"{workdir}/a/log")
+        recorded = transport.identify(first)
+        assert recorded is not None and transport.check(first, recorded, marker) == SAME
+        assert transport.check(first, recorded, f"{workdir}/runs/s/0002/spec.json") == OTHER  # not its marker
+        transport.signal(first, 9)
+        wait_for("the first process to be gone", lambda: transport.check(first, recorded, marker) == GONE)
+        other = transport.start_detached(sleeper, cwd="/", log=f"{workdir}/b/log")
+        try:
+            # the record of the first process, pointing at the second (what a reused pid looks like)
+            assert transport.signal_recorded(other, 9, recorded, marker) == OTHER
+            assert transport.alive(other)
+            assert transport.signal_recorded(other, 9, transport.identify(other), marker) == SAME
+            wait_for("the signalled process to be gone", lambda: not transport.alive(other))
+        finally:
+            transport.signal(other, 9)
     finally:
         transport.close()
 

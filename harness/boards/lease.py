@@ -72,7 +72,8 @@ def stop_holder(info):
         if not holder_matches(info):
             return True
         time.sleep(0.05)
-    os.kill(info["holder_pid"], signal.SIGKILL)
+    if holder_matches(info):  # checked again right before the signal, like every recorded pid
+        os.kill(info["holder_pid"], signal.SIGKILL)
     return True
 
 if mode == "show":

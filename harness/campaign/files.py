@@ -77,6 +77,13 @@ def prepare_files(ctx: CampaignContext, session: TargetSession,
     return files, records
 
 
+def made_earlier(ctx: CampaignContext, session: TargetSession, records: dict[str, Any]) -> list[str]:
+    """The data files an earlier controller of a resumed set created on a target (its manifest's records), in the
+    scratch directory this campaign uses (only there may it remove them)."""
+    inside = scratch_dir(ctx, session).rstrip("/") + "/"
+    return [r["path"] for r in records.values() if r.get("created") and str(r.get("path", "")).startswith(inside)]
+
+
 def create_file(ctx: CampaignContext, session: TargetSession, path: str, size: int) -> None:
     """The runner makes the file, marked as this campaign's (so that only this campaign removes it)."""
     made = session.transport.run([session.python, "-m", "runner", "mkfile", path, str(size), "--owner", ctx.set_id],
@@ -94,7 +101,7 @@ def create_file(ctx: CampaignContext, session: TargetSession, path: str, size: i
 def remove_created(ctx: CampaignContext, session: TargetSession, created: list[str]) -> None:
     """Delete the data files this campaign created, each checked by the runner first: inside the scratch
     directory and marked as this campaign's. Anything else is left alone and said."""
-    for path in created:
+    for path in dict.fromkeys(created):  # a resumed set's file is also the one made earlier
         done = session.transport.run([session.python, "-m", "runner", "rmfile", path, "--owner", ctx.set_id,
                                       "--inside", scratch_dir(ctx, session)], cwd=session.runner_root)
         if done.returncode != 0:

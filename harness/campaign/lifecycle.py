@@ -10,12 +10,13 @@ clean up after itself, so leaving died, timed-out and interrupted undoes what it
 A run a dead controller left running is adopted by --resume in the started state (``RunLifecycle.adopt``); its
 watchdog limit is worked out again from the spec it runs (on the target) and counted from when it was started (the
 manifest's ``runner_started``, the controller's wall clock; from the adoption where an older manifest has none).
+The runner is known by more than its pid (``recorded.RecordedRunner``): a pid that names another process now is
+never signalled, and the run is judged by what its runner left.
 """
 
 from __future__ import annotations
 
 import json
-import signal
 import time
 from collections.abc import Callable
 from enum import Enum
@@ -27,6 +28,7 @@ from harness.campaign import space, stopping
 from harness.campaign.context import CampaignContext
 from harness.campaign.plan import PlannedRun
 from harness.campaign.pull import Pulled, pull_run
+from harness.campaign.recorded import RecordedRunner, lost_reason, stop_runner
 from harness.campaign.spec import build_spec, run_limit_s
 from harness.emulation import controller as emulation
 from harness.errors import TargetError
@@ -34,12 +36,11 @@ from harness.results.store import ResultSetWriter
 from harness.results.validity import NOT_PERTURBED, judge
 
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0
-INTERRUPT_GRACE_S = 20.0
 
 
 class RunState(Enum):
     PLANNED = "planned"  # nothing of the run is on the target yet
-    STARTED = "started"  # the runner runs, and the manifest says so (status running, runner_pid)
+    STARTED = "started"  # the runner runs, and the manifest says so (status running, runner_pid, runner_identity)
     DONE = "done"  # the runner wrote DONE
     DIED = "died"  # the runner is gone without DONE (killed, crashed, a full disk)
     TIMED_OUT = "timed-out"  # no DONE within the run's limit: the watchdog stopped the runner
@@ -74,8 +75,9 @@ class RunLifecycle:
         self.ctx, self.session, self.writer, self.run = ctx, session, writer, run
         self.target = session.target.name
         self.remote_dir = f"{session.workdir}/runs/{ctx.set_id}/{run.run_id}"
+        self.spec_path = f"{self.remote_dir}/spec.json"  # also the marker in its runner's command line
         self.state = RunState.PLANNED
-        self.pid: int | None = None
+        self.runner: RecordedRunner | None = None
         self.spec: dict[str, Any] = {}
         self.failure: str | None = None  # the controller's own verdict (the watchdog's); overrides the runner's
         self.started_wall: float | None = None  # when the runner was started (time.time()), as the manifest says
@@ -84,21 +86,21 @@ class RunLifecycle:
     @classmethod
     def adopt(cls, ctx: CampaignContext, session: TargetSession, writer: ResultSetWriter,
               run: PlannedRun) -> RunLifecycle:
-        """A run a dead controller started (--resume): started, with the pid its manifest entry recorded."""
+        """A run a dead controller started (--resume): started, with the runner its manifest entry recorded."""
         lifecycle = cls(ctx, session, writer, run)
         entry = next((r for r in writer.manifest["runs"] if r["run_id"] == run.run_id
                       and r.get("target") == lifecycle.target), {})
-        lifecycle.pid = int(entry["runner_pid"]) if entry.get("runner_pid") else None
+        lifecycle.runner = RecordedRunner.from_entry(entry, lifecycle.spec_path)
         lifecycle.started_wall = entry.get("runner_started")
         lifecycle.state = RunState.STARTED
         return lifecycle
 
     def finish_adopted(self) -> bool:
         """Wait for an adopted runner still running, under the watchdog, and pull the run when it wrote DONE (or
-        when the watchdog stopped it: failed, with the reason). False when it is gone without DONE: the run is
-        measured again."""
+        when the watchdog stopped it: failed, with the reason). False when it is gone without DONE (its pid free or
+        another process's, left alone): the run is measured again."""
         transport = self.session.transport
-        if self.pid is not None and transport.alive(self.pid):
+        if self.runner is not None and self.runner.alive(transport):
             self.spec, left_s, limit_s = adopted_limit_s(self.ctx, self.session, self.remote_dir, self.started_wall)
             try:
                 self.wait(left_s)
@@ -109,10 +111,16 @@ class RunLifecycle:
         if self.state is RunState.STARTED:
             self._to(RunState.DONE if transport.exists(f"{self.remote_dir}/DONE") else RunState.DIED)
         if self.state is not RunState.DONE:
+            self._lost()
             return False
         self.ctx.progress.run_started(self.target, self.run)
         self.pull()
         return True
+
+    def _lost(self) -> None:  # an adopted run gone without DONE: why, in its entry and said
+        why = lost_reason(self.session.transport, self.runner)
+        self.writer.update_run(self.run.run_id, target=self.target, adopted=f"{why}; measured again")
+        self.ctx.progress.message(f"{self.target} {self.run.run_id}: {why}; measuring it again")
 
     def _to(self, state: RunState) -> None:
         self._can(state)
@@ -166,8 +174,7 @@ class RunLifecycle:
         if self.ctx.resumed:
             self.session.transport.run(["rm", "-rf", self.remote_dir])  # a resumed run starts clean
         try:
-            put_bytes(self.session.transport, json.dumps(self.spec, indent=1).encode(),
-                      f"{self.remote_dir}/spec.json")
+            put_bytes(self.session.transport, json.dumps(self.spec, indent=1).encode(), self.spec_path)
         except (OSError, TargetError) as exc:
             full = space.workdir_full(self.session)
             if full is None:
@@ -177,12 +184,13 @@ class RunLifecycle:
     def _start(self) -> None:
         # a runner that started is recorded with its pid before a stop can act: it is never left unrecorded
         with stopping.deferred():
-            self.pid = self.session.transport.start_detached(
-                [self.session.python, "-m", "runner", "run", f"{self.remote_dir}/spec.json"],
-                cwd=self.session.runner_root, log=f"{self.remote_dir}/runner.log")
+            transport = self.session.transport
+            pid = transport.start_detached([self.session.python, "-m", "runner", "run", self.spec_path],
+                                           cwd=self.session.runner_root, log=f"{self.remote_dir}/runner.log")
+            self.runner = RecordedRunner.started(transport, pid, self.spec_path)
             self._to(RunState.STARTED)
             self.started_wall = time.time()
-            self.writer.update_run(self.run.run_id, target=self.target, status="running", runner_pid=self.pid,
+            self.writer.update_run(self.run.run_id, target=self.target, status="running", **self.runner.fields(),
                                    runner_started=round(self.started_wall, 3))
 
     # ------------------------------------------------------------------ started -> done | died | timed-out
@@ -194,7 +202,7 @@ class RunLifecycle:
         while not transport.exists(done):
             if self.ctx.interrupt.is_set():
                 raise KeyboardInterrupt  # Ctrl-C in the main thread; this target's worker stops its runner
-            if self.pid is None or not transport.alive(self.pid):
+            if self.runner is None or not self.runner.alive(transport):
                 self._to(RunState.DONE if transport.exists(done) else RunState.DIED)
                 return
             if time.monotonic() > deadline:
@@ -203,14 +211,14 @@ class RunLifecycle:
             delay = min(delay * 1.5, POLL_MAX_S)
         # the runner writes DONE last; give it a moment to exit so no process is left behind
         for _ in range(100):
-            if self.pid is None or not transport.alive(self.pid):
+            if self.runner is None or not self.runner.alive(transport):
                 break
             time.sleep(0.05)
         self._to(RunState.DONE)
 
     def _stop_runner(self, why: str = "interrupt") -> None:
-        assert self.pid is not None  # started
-        stop_runner(self.session, self.pid, why, self.ctx.progress.message)
+        assert self.runner is not None  # started
+        stop_runner(self.session, self.runner, why, self.ctx.progress.message)
 
     def undo_dead_runner(self) -> None:
         undo_dead_runner(self.session, self.spec, self.ctx.set_id, self.run.run_id, self.ctx.progress.message)
@@ -279,19 +287,7 @@ def adopted_limit_s(ctx: CampaignContext, session: TargetSession, remote_dir: st
     return spec, max(0.0, left_s), limit_s
 
 
-# ---------------------------------------------------------------------- a runner that has to be stopped or undone
-def stop_runner(session: TargetSession, pid: int, why: str, say: Callable[[str], None]) -> None:
-    """SIGTERM (the runner cleans up and writes its record), SIGKILL after INTERRUPT_GRACE_S."""
-    transport = session.transport
-    say(f"{session.target.name}: {why}: stopping the runner (pid {pid})")
-    transport.signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + INTERRUPT_GRACE_S
-    while transport.alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if transport.alive(pid):
-        transport.signal(pid, signal.SIGKILL)
-
-
+# ---------------------------------------------------------------------- a runner that has to be undone
 def undo_dead_runner(session: TargetSession, spec: dict[str, Any], set_id: str, run_id: str,
                      say: Callable[[str], None]) -> None:
     """A runner that died or was killed could not clean up: restore what its emulation changed (read_ahead_kb,

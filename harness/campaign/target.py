@@ -1,6 +1,7 @@
-"""One target's share of a campaign, in its own thread: its data files, its facts and expectations, then its
-runs one at a time (each between the board-state checks of ``runstate``; with ``--retry-perturbed N`` a round's
-perturbed runs are measured again at the round's end), and at the end the files it created removed."""
+"""One target's share of a campaign, in its own thread: the runs a dead controller left running adopted (waited for
+and pulled, on --resume), then its data files, its facts and expectations, then its runs one at a time (each
+between the board-state checks of ``runstate``; with ``--retry-perturbed N`` a round's perturbed runs are measured
+again at the round's end), and at the end the files it created removed."""
 
 from __future__ import annotations
 
@@ -24,7 +25,13 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
     todo = [run for run in ctx.plan.runs if (target.name, run.run_id) not in ctx.keep]
     if not todo:
         return  # a resumed set with nothing left here: no data files made, nothing probed again
+    # what a killed controller of this set made here and could not remove goes at the end, like this one's own
+    created.extend(files.made_earlier(ctx, session, writer.manifest.get("files", {}).get(target.name, {})))
     try:
+        ctx.progress.target_started(target.name, len(todo))
+        todo = adopt(ctx, writer, session, todo)
+        if not todo:
+            return  # every run left was adopted: no data file made
         paths, records = files.prepare_files(ctx, session, created)
         writer.record_files(target.name, records)
         facts = session.platform.probe(session, list(paths.values()))
@@ -32,7 +39,6 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
         writer.update_target(target.name, facts=facts, deployed=session.deployed,
                              **({"engines": session.engines} if session.engines else {}))
         check_expectations(ctx, session, writer, facts, "before")
-        ctx.progress.target_started(target.name, len(todo))
         perturbed: list[PlannedRun] = []
         for position, run in enumerate(todo):
             if measure(ctx, writer, session, paths, run):
@@ -48,6 +54,24 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
         session.transport.run(["rmdir", f"{session.workdir}/runs/{ctx.set_id}"])
 
 
+def adopt(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession,
+          todo: list[PlannedRun]) -> list[PlannedRun]:
+    """First the runs a dead controller left running here: each waited for and pulled, before any data file is
+    made. Their fio may still be reading: re-creating the file it reads (the runner's mkfile, tens of MB) used to
+    land inside the adopted run's measurement. Returns the runs left to measure (with those gone without DONE)."""
+    left = []
+    for run in todo:
+        if (session.target.name, run.run_id) in ctx.resumed_running:
+            if ctx.interrupt.is_set():
+                raise KeyboardInterrupt
+            if session.lease is not None:
+                session.lease.check()
+            if pull_finished(ctx, session, writer, run):
+                continue
+        left.append(run)
+    return left
+
+
 def measure(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession, paths: dict[str, str],
             run: PlannedRun) -> bool:
     """One run between the board-state checks; True when it was recorded ok but perturbed."""
@@ -56,8 +80,6 @@ def measure(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSessio
     if session.lease is not None:
         session.lease.check()  # the coordinator gone or the place taken: stop before this run, keep the rest
     target = session.target.name
-    if (target, run.run_id) in ctx.resumed_running and pull_finished(ctx, session, writer, run):
-        return False
     # temperature gate and expectations around every run: clocks can change under load
     expect = ctx.experiment.expect
     record(writer, target, run, runstate.before_run(session, run, expect, ctx.progress.message))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.boards.transports.base import CommandResult, ShellFileProbes, register_transport
+from harness.boards.transports.procid import RecordedProcesses
 from harness.errors import TargetError
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 5037
@@ -40,7 +41,7 @@ def detached_command(argv: Sequence[str], cwd: str, log: str, env: dict[str, str
             f"(nohup {shell_command(argv, None, env)} >> {shlex.quote(log)} 2>&1 < /dev/null & echo $!)")
 
 
-class AdbTransport(ShellFileProbes):
+class AdbTransport(ShellFileProbes, RecordedProcesses):
     name = "adb"
     shares_controller_files = False
 

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.boards.transports.base import CommandResult, register_transport
+from harness.boards.transports.procid import GONE, SAME, RecordedProcesses
 from harness.errors import TargetError
 
 
-class LocalTransport:
+class LocalTransport(RecordedProcesses):
     name = "local"
     shares_controller_files = True
 
@@ -85,6 +86,12 @@ class LocalTransport:
             os.kill(pid, signum)
         except ProcessLookupError:
             pass
+
+    def check(self, pid: int, identity: str | None, marker: str | None) -> str:
+        child = self._children.get(pid)
+        if child is not None:  # started by this controller: its pid names no other process until it is reaped
+            return SAME if child.poll() is None else GONE
+        return super().check(pid, identity, marker)
 
     def close(self) -> None:
         # The campaign stops or waits for every runner it started before closing; nothing to do here.

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.boards.transports.base import CommandResult, ShellFileProbes, register_transport
+from harness.boards.transports.procid import RecordedProcesses
 from harness.boards.transports.ssh_connection import ConnectionLost, SshConnection, SshOptions
 from harness.errors import TargetError
 
@@ -54,7 +55,7 @@ def detached_script(python: str, argv: Sequence[str], cwd: str, log: str, env: d
             f"mv -f {pidfile}.part {pidfile} && cat {pidfile}; }}")
 
 
-class SshTransport(ShellFileProbes):
+class SshTransport(ShellFileProbes, RecordedProcesses):
     name = "ssh"
     shares_controller_files = False
 
