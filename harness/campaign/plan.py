@@ -109,12 +109,17 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
             rendered = render(raw or {}, params, doc, loc)
             config = validate(step.Config, rendered, doc, loc)
             refused = step.check(config, exp)
-            if refused:
-                raise doc.error(loc, refused)
+            if refused:  # a message, or (the place within the step's config, a message)
+                where, message = refused if isinstance(refused, tuple) else ((), refused)
+                raise doc.error(loc + where, message)
             for name in step.files_read(config):
                 if name not in files:
                     known = ", ".join(files) or "none"
                     raise doc.error(loc + ("file",), f"names file {name!r}, which is not in files: (have: {known})")
+                problem = files[name].path is not None and step.path_problem(files[name].path)
+                if problem:  # a file made in scratch is checked at preflight, once scratch is known
+                    raise doc.error(("model",) if name == "model" and exp.model else ("files", name, "path"),
+                                    problem)
             for cache in step_caches:
                 cells.append(Cell(step_index, kind, label, config, params, cache))
     if not cells:
