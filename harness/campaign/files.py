@@ -81,7 +81,11 @@ def check_existing(ctx: CampaignContext, session: TargetSession) -> None:
     for run in ctx.plan.runs:
         step = STEPS[run.step]
         for name in step.files_read(run.cell.config):
-            problem = name in named and step.path_problem(target_path(ctx, session, name, named[name]))
+            spec = named.get(name)
+            problem = spec is not None and step.path_problem(target_path(ctx, session, name, spec))
+            if problem and spec.create is not None:  # the path is scratch's, not the experiment's
+                raise ctx.plan.experiment.doc.error(("files", name, "create"), f"target {session.target.name}: "
+                                                    f"{problem} (it is made in scratch: choose another --scratch)")
             if problem:
                 raise ctx.file_error(name, f"target {session.target.name}: {problem}")
 
