@@ -216,6 +216,44 @@ def remove_data_file(path, owner, inside):
     return True
 
 
+def trusted_uids():
+    """Who may own the directories the runner writes in: root, the runner's user and, under sudo, the login."""
+    uids = {0, os.geteuid(), os.getuid()}
+    sudo = os.environ.get("SUDO_UID", "")
+    if sudo.isdigit():
+        uids.add(int(sudo))
+    return uids
+
+
+def unsafe_directory(path, shared=False):
+    """Why another user of this machine could plant a symlink in ``path`` (or swap it or a parent for one), or
+    None. Every directory from ``/`` down (symlinks resolved) is owned by a trusted user and writable by others
+    only with the sticky bit (/tmp, /var/tmp); ``path`` itself is writable by nobody else unless ``shared``
+    (scratch: its names are opened O_NOFOLLOW|O_EXCL, so a shared /tmp will do). Group write is allowed: Android's
+    /data/local/tmp is 0771 shell:shell. A missing ``path`` is judged by its nearest existing parent."""
+    trusted, given = trusted_uids(), os.path.abspath(path)
+    where = given
+    while not os.path.lexists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    prefix = "/"
+    for part in where.strip("/").split("/") if where != "/" else []:
+        prefix = os.path.join(prefix, part)
+        st = os.lstat(prefix)
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in trusted:
+            return "%s is a symlink owned by uid %d, who can point it anywhere" % (prefix, st.st_uid)
+    current = os.path.realpath(where)
+    while True:
+        st = os.stat(current)
+        if st.st_uid not in trusted:
+            return "%s is owned by uid %d, another user (not root, not the runner's)" % (current, st.st_uid)
+        itself = current == os.path.realpath(given)
+        if st.st_mode & stat.S_IWOTH and ((itself and not shared) or not st.st_mode & stat.S_ISVTX):
+            return "%s is writable by every user" % current
+        if os.path.dirname(current) == current:
+            return None
+        current = os.path.dirname(current)
+
+
 def sha256_file(path):
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

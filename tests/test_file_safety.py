@@ -228,3 +228,47 @@ def test_a_path_that_is_no_regular_file_is_refused_at_preflight(tmp_path: Path, 
     assert line == (f"error: {exp}:3: files.data.path: {path} is a {kind} on target local, not a regular file: "
                     "the steps read regular files (give the file, or a file on that device)")
     assert not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------------------------------ the directories written in
+def _not_root() -> bool:
+    return os.geteuid() != 0
+
+
+@pytest.mark.skipif(_not_root(), reason="giving a directory to another user needs root")
+def test_a_directory_another_user_owns_or_everyone_may_write_is_unsafe(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    assert util.unsafe_directory(str(mine)) is None
+    assert util.unsafe_directory(str(mine / "not-yet" / "scratch")) is None  # judged by the nearest parent
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 12345, 12345)
+    assert util.unsafe_directory(str(theirs / "scratch")) == f"{theirs} is owned by uid 12345, another user " \
+                                                             "(not root, not the runner's)"
+    (tmp_path / "link").symlink_to(mine)
+    os.chown(tmp_path / "link", 12345, 12345, follow_symlinks=False)
+    assert util.unsafe_directory(str(tmp_path / "link")) == f"{tmp_path / 'link'} is a symlink owned by uid " \
+                                                            "12345, who can point it anywhere"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp: fine for scratch (names opened O_NOFOLLOW|O_EXCL), not for a workdir
+    assert util.unsafe_directory(str(shared), shared=True) is None
+    assert util.unsafe_directory(str(shared)) == f"{shared} is writable by every user"
+    assert util.unsafe_directory(str(shared / "scratch")) is None  # a sticky parent cannot lose our entries
+    shared.chmod(0o777)
+    assert util.unsafe_directory(str(shared / "scratch")) == f"{shared} is writable by every user"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_not_root(), reason="giving a directory to another user needs root")
+def test_a_scratch_another_user_owns_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    scratch = private_base() / f"scratch-{tmp_path.name}"
+    scratch.mkdir(parents=True)
+    os.chown(scratch, 12345, 12345)
+    exp = fio_experiment(tmp_path, "data: {create: 1M}")
+    line = one_line_exit_2(run_campaign(str(exp), "--results", str(tmp_path / "r"), "--scratch", str(scratch)))
+    assert line == (f"error: target local: scratch {scratch}: {scratch} is owned by uid 12345, another user (not "
+                    "root, not the runner's), so another user could plant symlinks there; refused (give a directory "
+                    "of your own)")
+    assert not any(scratch.iterdir()) and not (tmp_path / "r").exists()

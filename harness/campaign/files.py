@@ -4,6 +4,7 @@ GGUF), place the synthetic models, create the ``create:`` ones in scratch, and r
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,22 @@ from harness.steps import STEPS
 
 def scratch_dir(ctx: CampaignContext, session: TargetSession) -> str:
     return ctx.scratch or f"{session.workdir}/scratch/{ctx.set_id}"
+
+
+def check_directories(ctx: CampaignContext, session: TargetSession) -> None:
+    """Preflight: no other user of the board can plant a symlink in the workdir (the runner, run directories)
+    or scratch, or swap one of their parents: the runner often runs there as root."""
+    for what, path, shared in (("workdir", session.workdir, False), ("scratch", scratch_dir(ctx, session), True)):
+        done = session.transport.run([session.python, "-m", "runner", "safedir", path, *(["--shared"] * shared)],
+                                     cwd=session.runner_root)
+        try:
+            problem = json.loads(done.stdout.decode(errors="replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise TargetError(f"target {session.target.name}: cannot check the {what} {path}: "
+                              f"{done.stderr.decode(errors='replace').strip()[-200:]}") from None
+        if problem:
+            raise UsageError(f"target {session.target.name}: {what} {path}: {problem}, so another user could plant "
+                             "symlinks there; refused (give a directory of your own)")
 
 
 def existing_file_size(ctx: CampaignContext, session: TargetSession, name: str, path: str) -> int:
