@@ -1,5 +1,5 @@
 """``python3 -m runner run SPEC | probe [--file F]... [--block-device D] | mkfile PATH SIZE [--owner SET]
-| rmfile PATH --owner SET --inside DIR | free PATH | reap SET[/TARGET] | sha256 PATH
+| rmfile PATH --owner SET --inside DIR | free PATH | safedir DIR [--shared] | reap SET[/TARGET] | sha256 PATH
 | engine build|check SPEC``."""
 
 import argparse
@@ -29,6 +29,9 @@ def _parser():
     rm_p.add_argument("path")
     rm_p.add_argument("--owner", required=True)
     rm_p.add_argument("--inside", required=True, help="the scratch directory the file must be in")
+    safe_p = sub.add_parser("safedir", help="print why another user could plant links in DIR (or null) as JSON")
+    safe_p.add_argument("path")
+    safe_p.add_argument("--shared", action="store_true", help="DIR itself may be a shared sticky dir (scratch)")
     free_p = sub.add_parser("free", help="print the free space of the file system holding PATH as JSON")
     free_p.add_argument("path")
     reap_p = sub.add_parser("reap", help="stop every process an earlier run left running, by its mark: SCOPE is "
@@ -91,6 +94,7 @@ def main(argv=None):
         "mkfile": lambda: _data_file(args),
         "rmfile": lambda: _data_file(args),
         "free": lambda: _print(json.dumps(util.free_bytes(args.path))),
+        "safedir": lambda: _print(json.dumps(util.unsafe_directory(args.path, args.shared))),
         "reap": lambda: _reap(args.scope),
         "sha256": lambda: _print(util.sha256_file(args.path)),
         "engine": lambda: _engine(args.mode, args.spec),

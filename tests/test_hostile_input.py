@@ -104,7 +104,7 @@ def test_fio_options_that_run_or_write_are_refused(tmp_path: Path, options: str)
     exp.write_text(f"name: ex\nfiles:\n  data: {{create: 1M}}\nsteps:\n  - fio:\n      file: data\n"
                    f"      jobs: [{{name: custom, options: {options}}}]\n")
     line = one_line_exit_2(cli_in_process("plan", str(exp)))
-    assert ":5: steps[0].fio" in line
+    assert f"{exp}:7: steps[0].fio.jobs[0].options." in line and "fio: {allow_exec: true}" in line
 
 
 def test_the_runner_never_writes_a_line_break_into_a_job_file() -> None:

@@ -4,6 +4,7 @@ GGUF), place the synthetic models, create the ``create:`` ones in scratch, and r
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,22 @@ from harness.steps import STEPS
 
 def scratch_dir(ctx: CampaignContext, session: TargetSession) -> str:
     return ctx.scratch or f"{session.workdir}/scratch/{ctx.set_id}"
+
+
+def check_directories(ctx: CampaignContext, session: TargetSession) -> None:
+    """Preflight: no other user of the board can plant a symlink in the workdir (the runner, run directories)
+    or scratch, or swap one of their parents: the runner often runs there as root."""
+    for what, path, shared in (("workdir", session.workdir, False), ("scratch", scratch_dir(ctx, session), True)):
+        done = session.transport.run([session.python, "-m", "runner", "safedir", path, *(["--shared"] * shared)],
+                                     cwd=session.runner_root)
+        try:
+            problem = json.loads(done.stdout.decode(errors="replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise TargetError(f"target {session.target.name}: cannot check the {what} {path}: "
+                              f"{done.stderr.decode(errors='replace').strip()[-200:]}") from None
+        if problem:
+            raise UsageError(f"target {session.target.name}: {what} {path}: {problem}, so another user could plant "
+                             "symlinks there; refused (give a directory of your own)")
 
 
 def existing_file_size(ctx: CampaignContext, session: TargetSession, name: str, path: str) -> int:
@@ -37,13 +54,57 @@ def check_gguf(ctx: CampaignContext, session: TargetSession, name: str, path: st
                                    "llama.cpp steps need a .gguf model")
 
 
+# What a path is on the target (symlinks followed), through its POSIX shell like shell_file_size: test(1) says the
+# same on GNU, BSD (macOS), busybox and toybox (Android). Asked before anything opens the file: a FIFO would hang
+# the first reader (the controller, describing the file), a device or a directory has no file size.
+_KIND = ('if [ -f "$1" ]; then k="regular file"; elif [ -d "$1" ]; then k=directory; elif [ -b "$1" ]; then '
+         'k="block device"; elif [ -c "$1" ]; then k="character device"; elif [ -p "$1" ]; then k=FIFO; '
+         'elif [ -S "$1" ]; then k=socket; elif [ -e "$1" ]; then k="special file"; else exit 1; fi; '
+         'if [ -r "$1" ]; then echo "$k"; else echo "unreadable $k"; fi')
+
+
+def check_regular_file(ctx: CampaignContext, session: TargetSession, name: str, path: str) -> None:
+    """A file given by path exists on the target, is a regular file and the runner's user can read it."""
+    done = session.transport.run(["sh", "-c", _KIND, "sh", path])
+    kind = done.stdout.decode(errors="replace").strip()
+    where = f"on target {session.target.name}"
+    if done.returncode != 0 or not kind:
+        raise ctx.file_error(name, f"{path} does not exist {where}")
+    if kind.removeprefix("unreadable ") != "regular file":
+        raise ctx.file_error(name, f"{path} is a {kind.removeprefix('unreadable ')} {where}, not a regular file: "
+                                   "the steps read regular files (give the file, or a file on that device)")
+    if kind.startswith("unreadable"):
+        raise ctx.file_error(name, f"{path} {where} cannot be read by the runner's user")
+
+
+def target_path(ctx: CampaignContext, session: TargetSession, name: str, spec: Any) -> str:
+    """Where a named file is (or will be) on the target."""
+    if spec.path is not None:
+        return str(spec.path)
+    if spec.synth is not None:
+        return session.models.get(name, ctx.synth[name][0])  # a board holds its pushed copy
+    return f"{scratch_dir(ctx, session)}/{name}.bin"
+
+
 def check_existing(ctx: CampaignContext, session: TargetSession) -> None:
-    """Preflight: every file given by path is on the target, and an engine's model is a GGUF file."""
-    for name, spec in ctx.experiment.named_files().items():
+    """Preflight: every file given by path is a regular file on the target, an engine's model is a GGUF file,
+    and every step can name the path of each file it reads (fio cannot name some: ``StepKind.path_problem``)."""
+    named = ctx.experiment.named_files()
+    for name, spec in named.items():
         if spec.path is not None:
-            existing_file_size(ctx, session, name, spec.path)
+            check_regular_file(ctx, session, name, spec.path)
             if name in engine_files(ctx):
                 check_gguf(ctx, session, name, spec.path)
+    for run in ctx.plan.runs:
+        step = STEPS[run.step]
+        for name in step.files_read(run.cell.config):
+            spec = named.get(name)
+            problem = spec is not None and step.path_problem(target_path(ctx, session, name, spec))
+            if problem and spec.create is not None:  # the path is scratch's, not the experiment's
+                raise ctx.plan.experiment.doc.error(("files", name, "create"), f"target {session.target.name}: "
+                                                    f"{problem} (it is made in scratch: choose another --scratch)")
+            if problem:
+                raise ctx.file_error(name, f"target {session.target.name}: {problem}")
 
 
 def prepare_files(ctx: CampaignContext, session: TargetSession,
@@ -60,12 +121,11 @@ def prepare_files(ctx: CampaignContext, session: TargetSession,
             records[name] = {"path": path, "size_bytes": existing_file_size(ctx, session, name, path),
                              "created": False}
         elif spec.synth is not None:
-            path, info = ctx.synth[name]
-            path = session.models.get(name, path)  # a board holds its pushed copy
+            path, info = target_path(ctx, session, name, spec), ctx.synth[name][1]
             records[name] = {"path": path, "size_bytes": info["file_bytes"], "created": False,
                              "synth": spec.synth.model_dump()}
         else:
-            path = f"{scratch}/{name}.bin"
+            path = target_path(ctx, session, name, spec)
             ctx.progress.message(f"{session.target.name}: creating {name} ({spec.create}) in {scratch}")
             create_file(ctx, session, path, spec.create_bytes)
             created.append(path)

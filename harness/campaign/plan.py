@@ -108,13 +108,7 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
         for params in matrix_cells(matrix):
             rendered = render(raw or {}, params, doc, loc)
             config = validate(step.Config, rendered, doc, loc)
-            refused = step.check(config, exp)
-            if refused:
-                raise doc.error(loc, refused)
-            for name in step.files_read(config):
-                if name not in files:
-                    known = ", ".join(files) or "none"
-                    raise doc.error(loc + ("file",), f"names file {name!r}, which is not in files: (have: {known})")
+            check_cell(step, config, loaded, loc)
             for cache in step_caches:
                 cells.append(Cell(step_index, kind, label, config, params, cache))
     if not cells:
@@ -130,6 +124,22 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
                 estimate = STEPS[cell.step].estimate_s(cell.config, sizes) + _RUN_OVERHEAD_S
                 plan.runs.append(PlannedRun(index, "-".join(parts), cell, round_, rep, estimate))
     return plan
+
+
+def check_cell(step: Any, config: Any, loaded: LoadedExperiment, loc: tuple[str | int, ...]) -> None:
+    """A cell's config against the step's policy and the experiment's files: one line at its place."""
+    exp, doc, files = loaded.experiment, loaded.doc, loaded.experiment.named_files()
+    refused = step.check(config, exp)
+    if refused:  # a message, or (the place within the step's config, a message)
+        where, message = refused if isinstance(refused, tuple) else ((), refused)
+        raise doc.error(loc + where, message)
+    for name in step.files_read(config):
+        if name not in files:
+            known = ", ".join(files) or "none"
+            raise doc.error(loc + ("file",), f"names file {name!r}, which is not in files: (have: {known})")
+        problem = files[name].path is not None and step.path_problem(files[name].path)
+        if problem:  # a file made in scratch is checked at preflight, once scratch is known
+            raise doc.error(("model",) if name == "model" and exp.model else ("files", name, "path"), problem)
 
 
 # Cache preparation, collector start/stop and the pull; measured on this machine at well under 2 s.

@@ -51,6 +51,7 @@ def check_target(ctx: CampaignContext, session: TargetSession, tools: list[str])
     # a required collector that cannot run on this target stops here; optional ones are skipped
     collector_preflight(target.name, ctx.collectors, facts, ctx.progress.message)
     space.check_workdir_space(session)
+    files.check_directories(ctx, session)
     missing = [tool for tool in tools if not facts.get(f"tool_{tool}")]
     if missing:
         raise ToolMissingError(f"target {target.name}: {', '.join(missing)} not installed "

@@ -36,8 +36,13 @@ class StepKind:
         """Named files (keys of the experiment's files) whose cache state the run controls."""
         return [config.file] if getattr(config, "file", None) else []
 
-    def check(self, config: Any, experiment: Any) -> str | None:
-        """What is wrong with a validated config in this experiment (a policy, not a type), or None."""
+    def check(self, config: Any, experiment: Any) -> str | tuple[tuple[str | int, ...], str] | None:
+        """What is wrong with a validated config in this experiment (a policy, not a type), or None; a tuple
+        names the place within the step's config too (its line in the error)."""
+        return None
+
+    def path_problem(self, path: str) -> str | None:
+        """Why this step's program cannot be given ``path`` (a file it reads), or None."""
         return None
 
     def estimate_s(self, config: Any, file_sizes: dict[str, int]) -> float:

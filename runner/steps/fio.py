@@ -1,6 +1,7 @@
 """The fio step: one INI job file, fio reading the file read-only."""
 
 import os
+import re
 import shutil
 
 from runner.steps.base import StepFailed
@@ -19,11 +20,18 @@ def _fio_value(key, value):
     return str(value)
 
 
+# fio ends a job-file value at ';' or '#', strips blanks around it and replaces '$' keywords: a file named so
+# would be another file to fio (the controller refuses these at plan time or preflight; checked again here)
+_UNNAMEABLE = re.compile(r"[#;$\x00-\x1f]|^\s|\s$")
+
+
 def fio_jobfile(spec):
     """An INI job file: values are written as data, never passed through a shell.
 
     Every job gets readonly=1 here as well as on the controller: fio must never write to a model file.
     """
+    if _UNNAMEABLE.search(spec["file"]):
+        raise StepFailed("fio cannot be given the path %r ('#', ';', '$' or a blank at its ends)" % spec["file"])
     escaped = spec["file"].replace(":", "\\:")  # ':' separates file names in fio's filename=
     # allow_file_create=0: fio must fail rather than lay out a file that is not there
     lines = ["[global]", "filename=" + escaped, "time_based=1", "allow_file_create=0", ""]
@@ -42,9 +50,11 @@ def fio_jobfile(spec):
 def run_fio(ctx, spec):
     if not shutil.which("fio"):
         raise StepFailed("fio is not installed on the target (apt-get install fio)")
-    if not os.path.isfile(spec["file"]):
+    if not os.path.exists(spec["file"]):
         raise StepFailed("fio: %s does not exist (the harness never lets fio create or write a file)"
                          % spec["file"])
+    if not os.path.isfile(spec["file"]):  # a FIFO would hang fio, a directory or device is not a file to read
+        raise StepFailed("fio: %s is not a regular file" % spec["file"])
     jobfile = ctx.path("jobs.fio")
     with open(jobfile, "w") as out:
         out.write(fio_jobfile(spec))
