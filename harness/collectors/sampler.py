@@ -59,6 +59,8 @@ class ThreadsConfig(PeriodConfig):
     # a thread parked in one wait is re-read only after its schedstat shows it ran (false: the sampler's --no-gate,
     # syscall of every thread every sample; a woken parked thread then shows R while it waits for a CPU)
     gate: bool = True
+    # the step's process and its descendants (found every ~100 ms); false: the step's process only (--no-tree)
+    tree: bool = True
 
 
 @register_collector

@@ -46,7 +46,8 @@ TELEMETRY = Table("telemetry", "one board sample: load, clocks, temperatures, po
                                "power, powermetrics collectors; column source)")
 MEMORY = Table("memory", "one memory sample: vmstat, psi or vm_stat counters (column source)")
 IOSTAT = Table("iostat", "one macOS iostat sample of one disk (iostat collector)")
-THREAD_COUNTERS = Table("thread_counters", "one thread of the step's process at one read of its cumulative kernel "
+THREAD_COUNTERS = Table("thread_counters", "one thread (pid, tid) of the step's process or of a descendant at one "
+                                           "read of its cumulative kernel "
                                            "counters (schedstat, stat, taskstats delays), or one read of PSI "
                                            "(kind psi) (counters collector)")
 OFFCPU = Table("offcpu", "one thread of the step's process, one class key (state, syscall, device) at one "
