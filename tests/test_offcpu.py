@@ -180,7 +180,7 @@ def test_offcpu_matches_the_truth_of_blocking_threads(native: Path, cold_files: 
     for truth, shares, waits in threads:
         assert_agrees(truth, shares, waits)
     header = (tmp_path / "offcpu.txt").read_text().splitlines()[0]
-    assert header.startswith("# harness-offcpu v1 ") and "arch=" in header, header
+    assert header.startswith("# harness-offcpu v2 ") and "arch=" in header, header
     assert missed_share(tmp_path)[0] <= MAX_MISSED
 
 
@@ -324,10 +324,17 @@ def test_a_sleep_still_open_at_a_snapshot_counts_up_to_it() -> None:
 
 
 def test_offcpu_output_of_another_version_or_class_is_refused() -> None:
-    with pytest.raises(ParseError, match="version v2"):
-        parse("offcpu", b"# harness-offcpu v2 pid=1\n")
+    with pytest.raises(ParseError, match="version v3: this parser reads harness-offcpu v1 or v2"):
+        parse("offcpu", b"# harness-offcpu v3 pid=1\n")
     with pytest.raises(ParseError, match="unknown class 'disk'"):
         parse("offcpu", b"# harness-offcpu v1 pid=1\ns\t1\t2\tdisk\tD\tnone\t-\t1\t1\t1\tx\n")
+    with pytest.raises(ParseError, match="line 2: expected 12 TAB-separated fields, got 11"):
+        parse("offcpu", b"# harness-offcpu v2 pid=1\ns\t1\t2\tidle\tS\tnone\t-\t1\t1\t1\tx\n")
+    # v2: each line's own pid (a descendant's), v1: the header's
+    assert [row["pid"] for row in parse("offcpu", b"# harness-offcpu v2 pid=1\ns\t1\t7\t8\tidle\tS\tnone\t-\t1\t1\t1"
+                                               b"\tx\n")] == [7]
+    assert [row["pid"] for row in parse("offcpu", b"# harness-offcpu v1 pid=1\ns\t1\t8\tidle\tS\tnone\t-\t1\t1\t1"
+                                               b"\tx\n")] == [1]
 
 
 def test_shares_of_a_window_come_from_two_snapshots() -> None:
