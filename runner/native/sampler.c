@@ -1213,7 +1213,7 @@ static int threads_sample(void *vctx, uint64_t t)
 {
     struct threads_ctx *c = vctx;
     size_t i, k;
-    int live = 0, scanned = 0, full = 0;
+    int live = 0, scanned = 0, full = 0, written = 0;
 
     /* housekeeping every ~100 ms: an fd number can be reused (resolve ioctl/read fds anew), and a changed link
      * count of the task directory (one fstat, ~1/3 of a listing's cost) means threads came or went */
@@ -1243,10 +1243,13 @@ static int threads_sample(void *vctx, uint64_t t)
         if (rc < 0) {
             task_close(tk);
             c->need_scan = 1;
-        } else if (rc == 0 && tk->state != 'Z' && tk->state != 'X') {
-            live++;
+        } else if (rc == 0) {
+            written++;
+            live += tk->state != 'Z' && tk->state != 'X';
         }
     }
+    if (written)
+        c->last_ns = t; /* the last sample with a record of it */
 
     /* drop the threads whose read failed */
     for (i = 0, k = 0; i < c->ntasks; i++)
@@ -1339,7 +1342,7 @@ static void proc_announce(struct threads_ctx *c, int procfd, uint64_t t)
     out_char('\n');
 }
 
-/* "# proc_end pid=P first_ns=F last_ns=L gone=0|1": last_ns is the last sample that read a thread of it */
+/* "# proc_end pid=P first_ns=F last_ns=L gone=0|1": last_ns is the last sample with a record of it */
 static void proc_end(const struct threads_ctx *c, int gone)
 {
     out_str("# proc_end pid=");
@@ -1402,7 +1405,6 @@ static int tree_sample(void *vctx, uint64_t t)
             proc_free(c);
             continue;
         }
-        c->last_ns = t;
         tr->procs[k++] = c;
     }
     tr->nprocs = k;
