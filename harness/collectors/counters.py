@@ -1,7 +1,8 @@
 """The ``counters`` collector: the kernel's cumulative per-thread counters of the step's process and its
-descendants (schedstat, stat, taskstats delay accounting, PSI), read by ``runner/collectors/counters.py`` every ``period_ms`` (default 100) and
-at the run's start and end. Rows go to ``thread_counters``; harness/analysis/waits.py turns them into where each
-thread's time went (run, runqueue, io_wait, thrashing, reclaim, other_sleep)."""
+descendants (schedstat, stat, taskstats delay accounting, PSI), read by ``runner/collectors/counters.py`` every
+``period_ms`` (default 100) and at the run's start and end. Rows go to ``thread_counters`` (and the tree to
+``processes``); harness/analysis/waits.py turns them into where each thread's time went (run, runqueue, io_wait,
+thrashing, reclaim, other_sleep)."""
 
 from __future__ import annotations
 

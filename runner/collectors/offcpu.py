@@ -1,23 +1,22 @@
-"""The ``offcpu`` collector: exact off-CPU time per thread of the step's main process, from the scheduler's own
+"""The ``offcpu`` collector: exact off-CPU time per thread of the step's process tree, from the scheduler's own
 tracepoints through bpftrace -- the ground truth the counters and the sampler's classes are checked against, and
 an optional collector on boards whose kernel allows eBPF.
 
 bpftrace starts before the step, its probes attached before the step is spawned (it compiles first: 1-2 s idle, 8 s
 seen on a loaded machine), and follows every process the runner forks from then on (``sched_process_fork`` of the
-runner's pid, and of every process forked from those: ``@parent`` maps each child to its parent); the threads of
-the step's process and of its descendants (the processes whose parent chain in ``@parent`` reaches the step's) are
-written, each line with its process's pid, and each process once in a ``# proc`` line when it first shows
-(bpftrace does not trace exits here: there is no ``# proc_end`` line, and ``cmd`` is empty). At ``sched_switch`` a thread leaving the CPU is
-stamped with the time, its state (prev_state: D = uninterruptible, S = interruptible, neither = preempted, still
-runnable) and the syscall it is in, read from its saved user registers (what /proc/PID/syscall reads; the fd of an
-ioctl from its first argument); ``sched_wakeup`` stamps when it became runnable again; when it is switched back in,
-the time blocked (switch out to wake-up) and the time then spent waiting for a CPU are added to its key (process,
-thread, syscall, state, ioctl fd), and at its next switch out the interval is made exact from its
+runner's pid, and of every process forked from those: ``@parent`` maps each child to its parent); the threads of the
+step's process and of its descendants (the processes whose parent chain in ``@parent`` reaches the step's) are
+written, each line with its process's pid, and each process once in a ``# proc`` line when it first shows (bpftrace
+does not trace exits here: there is no ``# proc_end`` line, and ``cmd`` is empty). At ``sched_switch`` a thread
+leaving the CPU is stamped with the time, its state (prev_state: D = uninterruptible, S = interruptible, neither =
+preempted, still runnable) and the syscall it is in, read from its saved user registers (what /proc/PID/syscall
+reads; the fd of an ioctl from its first argument); ``sched_wakeup`` stamps when it became runnable again; when it
+is switched back in, the time blocked (switch out to wake-up) and the time then spent waiting for a CPU are added to
+its key (process, thread, syscall, state, ioctl fd), and at its next switch out the interval is made exact from its
 se.sum_exec_runtime (what its CPU clock reads; see the comment above SCRIPT). Every snapshot also adds the time of
-the threads off CPU at that moment. Everything is summed in kernel maps; every ``period_ms`` and
-at the end, bpftrace prints the cumulative maps (JSON), never a line per event; this module classifies each key into
-the sampler's classes and writes them (``offcpu.txt``, parsed by
-harness/parsers/offcpu.py)::
+the threads off CPU at that moment. Everything is summed in kernel maps; every ``period_ms`` and at the end,
+bpftrace prints the cumulative maps (JSON), never a line per event; this module classifies each key into the
+sampler's classes and writes them (``offcpu.txt``, parsed by harness/parsers/offcpu.py)::
 
     # harness-offcpu v2 pid=123 period_ms=1000 clock=monotonic arch=x86_64 bpftrace=v0.17.0 tracefs=mounted
     # proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=               (a process of the step's tree, first seen)
