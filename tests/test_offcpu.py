@@ -26,6 +26,7 @@ from harness.analysis.offcpu import offcpu_shares
 from harness.analysis.waits import wait_shares
 from harness.parsers import ParseError, parse
 from harness.parsers.offcpu import offcpu_notes
+from harness.parsers.sampler import process_records
 from runner.collectors import offcpu
 from runner.collectors.run import Collectors
 from tests.helpers import build_native_tools, cli_in_process, workload_files
@@ -182,6 +183,33 @@ def test_offcpu_matches_the_truth_of_blocking_threads(native: Path, cold_files: 
     header = (tmp_path / "offcpu.txt").read_text().splitlines()[0]
     assert header.startswith("# harness-offcpu v2 ") and "arch=" in header, header
     assert missed_share(tmp_path)[0] <= MAX_MISSED
+
+
+@pytest.mark.slow
+@bpftrace
+def test_offcpu_follows_the_steps_descendants(native: Path, tmp_path: Path) -> None:
+    """A shell whose subshell forks the workload (a grandchild of the step): bpftrace's fork probe follows the tree,
+    so the grandchild's sleeping threads are written with their own pid, and the tree in '# proc' lines."""
+    collectors = Collectors([{"kind": "offcpu", "period_ms": 100, "optional": False}], str(native), str(tmp_path),
+                            None)
+    collectors.start_global()
+    try:
+        proc = subprocess.Popen(["sh", "-c", f'( "{native / "workload"}" --seconds 1 --sleep 1 --hold-ms 0 --out '
+                                 f'"{tmp_path / "truth.json"}"; true ); true'])
+        collectors.on_spawn(proc.pid)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        errors = collectors.stop_all()
+    assert errors == []
+    (sleeper,) = [t for t in json.loads((tmp_path / "truth.json").read_text())["threads"] if t["role"] == "sleep"]
+    rows = parse("offcpu", (tmp_path / "offcpu.txt").read_bytes())
+    mine = [r for r in rows if r["tid"] == sleeper["tid"]]
+    assert mine and {r["class"] for r in mine} >= {"idle"}, mine
+    grandchild = mine[0]["pid"]
+    assert grandchild not in (proc.pid, sleeper["tid"])  # its own process, not the step's
+    tree = {row["pid"]: row for row in process_records((tmp_path / "offcpu.txt").read_bytes())}
+    assert tree[tree[grandchild]["ppid"]]["ppid"] == proc.pid  # through the subshell
+    assert tree[grandchild]["comm"] == "workload"
 
 
 @pytest.mark.slow

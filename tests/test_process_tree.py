@@ -178,3 +178,16 @@ def test_real_captures_of_fio_with_its_forked_job_process() -> None:
     rows = [r for r in parse("counters", counters) if r["kind"] == "thread"]
     assert Counter(r["pid"] for r in rows) == {1928: 58, 1973: 22}
     assert {r["tid"] for r in rows if r["pid"] == 1973} == {1973}
+
+
+def test_no_tree_samples_the_steps_process_only(native: Path, tmp_path: Path) -> None:
+    """``tree: false`` (--no-tree): the v2 behaviour in the v3 format -- the child shell's sleep is not followed."""
+    step = subprocess.Popen(["sh", "-c", "sleep 0.6 & wait"])
+    out = tmp_path / "threads.txt"
+    done = subprocess.run([str(native / "sampler"), "threads", str(step.pid), "--period-ms", "5", "--no-tree",
+                           "--out", str(out)], timeout=30)
+    assert done.returncode == 0 and step.wait(timeout=10) == 0
+    text = out.read_text()
+    assert " tree=none " in text.splitlines()[0]
+    assert [row["pid"] for row in process_records(out.read_bytes())] == [step.pid]
+    assert {row["pid"] for row in parse("sampler-threads", out.read_bytes())} == {step.pid}

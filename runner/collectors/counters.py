@@ -129,7 +129,7 @@ def _switches(status):
 
 
 class Counters:
-    """Reads the counters of the step's main process on its own thread; ``start_global`` at the run's start,
+    """Reads the counters of the step's process tree on its own thread; ``start_global`` at the run's start,
     ``follow(pid)`` when the step spawns, ``stop`` at the end."""
 
     def __init__(self, period_ms, out_path, native=None, tree=True):

@@ -367,7 +367,7 @@ class Offcpu:
             self._unmount()  # at once: a caller that gives up here (a bench, a test) leaves tracefs as it was
 
     def follow(self, pid):
-        """The step's main process: from the next snapshot on, its threads are written."""
+        """The step's process: from the next snapshot on, its threads and its descendants' are written."""
         version = (run_tool(["bpftrace", "--version"])[0] or "").split()
         self.out = open(self.out_path, "w")
         self.out.write("# harness-offcpu %s pid=%d period_ms=%d clock=monotonic arch=%s bpftrace=%s tracefs=%s\n"

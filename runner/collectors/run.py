@@ -1,5 +1,6 @@
 """The collectors of one run: platform collectors and the block sampler start before the step, the thread
-sampler when the step spawns its main process; all stop after the step.
+sampler when the step spawns its first process (it, the counters and offcpu follow that process and its
+descendants); all stop after the step.
 
 A collector that cannot run here is reported with the reason: optional ones are skipped (the run record says
 why), required ones fail the run before the step starts.

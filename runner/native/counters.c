@@ -1,6 +1,6 @@
 /*
- * counters: the periodic reads of the counters collector (runner/collectors/counters.py) in C -- per thread of one
- * process, every period: with taskstats, one generic-netlink answer per thread carries everything (schedstat's
+ * counters: the periodic reads of the counters collector (runner/collectors/counters.py) in C -- per thread of the
+ * step's process and of its descendants (v2), every period: with taskstats, one generic-netlink answer per thread carries everything (schedstat's
  * three numbers too: cpu_run_virtual_total, cpu_delay_total and cpu_count are the same kernel fields, filled while
  * delay accounting is on; a thread whose answer lacks them -- delay accounting off -- is read from
  * /proc/PID/task/TID/schedstat instead); without taskstats, /proc/PID/task/TID/schedstat, stat and status. And PSI
@@ -694,7 +694,8 @@ int main(int argc, char **argv) {
         proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (proc_fd >= 0)
             (void)pt_stat(proc_fd, (int)pid, &ppid, comm, sizeof comm);
-        follow_tree = follow_tree && proc_fd >= 0 && pt_open(&tree, proc_fd) == 0;
+        /* the full /proc listing at least every ~1 s (proctree.h: between, the new pids only) */
+        follow_tree = follow_tree && proc_fd >= 0 && pt_open(&tree, proc_fd, (unsigned)(1000 / period_ms)) == 0;
         add_proc(pid, ppid, comm);
     }
     clk_tck = (unsigned long long)sysconf(_SC_CLK_TCK);

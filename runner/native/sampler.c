@@ -1,21 +1,28 @@
 /*
- * sampler — fixed-period, low-overhead sampler of block-device stats or of one process's thread states
- * (harness runner, docs/methodology.md section 5). One mode per process.
+ * sampler — fixed-period, low-overhead sampler of block-device stats or of the thread states of one process and
+ * its descendants (harness runner, docs/methodology.md section 5). One mode per process.
  *
  *   sampler block DEV   [--period-ms 10] [--slice-us 100] [--out FILE] [--root DIR]
- *   sampler threads PID [--period-ms 5]  [--stat-ms 100] [--wchan] [--no-gate] [--slice-us 100] [--out FILE]
- *                       [--root DIR]
+ *   sampler threads PID [--period-ms 5]  [--stat-ms 100] [--wchan] [--no-gate] [--slice-us 100] [--tree-ms 100]
+ *                       [--no-tree] [--out FILE] [--root DIR]
  *
  * --root prefixes the /sys and /proc paths (tests use fake trees). Output (stdout by default) is text, written
  * through one big buffer that is flushed when full and on exit (the header line is flushed at once):
  *
- *   # harness-sampler v2 mode=block dev=vda period_ms=10 slice_us=100 clock=monotonic
+ *   # harness-sampler v3 mode=block dev=vda period_ms=10 slice_us=100 clock=monotonic    (block: as in v1 and v2)
  *   <t_ns> <the fields of /sys/block/DEV/stat, single-space separated, exactly as the kernel printed them>
  *
- *   # harness-sampler v2 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
- *     gate=schedstat slice_us=100 clock=monotonic                     (one line; gate=none with --no-gate)
- *   <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
- *       (one line per thread per sample, same t_ns for all threads of a sample, tids ascending)
+ *   # harness-sampler v3 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
+ *     tree=ppid tree_every=20 gate=schedstat slice_us=100 clock=monotonic
+ *                                            (one line; gate=none with --no-gate; tree=none with --no-tree)
+ *   # proc t_ns=<t> pid=<pid> ppid=<ppid>\tcomm=<comm>\tcmd=<the head of its command line>
+ *                                            a process of the tree, written at its first sample
+ *   <t_ns>\t<pid>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
+ *       (one line per thread per sample, same t_ns for all threads of a sample; process by process, tids
+ *       ascending within each; pid is the thread's process, the tgid)
+ *   # proc_end pid=<pid> first_ns=<t> last_ns=<t> gone=1|0
+ *                                            a process that has gone (gone=1; last_ns: its last sample with a record),
+ *                                            or, before the stop line, one still there (gone=0)
  *   # exit t_ns=<t> late_us_p50=<n> late_us_p90=<n> late_us_p99=<n> late_us_max=<n>
  *                                                     threads mode: the process has gone (or is a zombie); exit 0
  *   # stop t_ns=<t> samples=<n> overruns=<n> late_us_p50=<n> late_us_p90=<n> late_us_p99=<n> late_us_max=<n>
@@ -57,7 +64,14 @@
  *            thread; '?' when syscall is unreadable (no ptrace access to the process: stat is then read every
  *            sample).
  *   syscall  the syscall number (-1: not in a syscall), empty for a running thread
- * v1 (older raw data, read by harness/parsers/sampler.py too) had the first eight fields, stat + wchan every sample.
+ * v1 (older raw data, read by harness/parsers/sampler.py too) had the first eight fields, stat + wchan every sample;
+ * v2 had no pid field and followed the step's process only.
+ *
+ * The tree (v3): the step's process and its descendants, found by proctree.h (a process whose parent is followed;
+ * new pids probed after /proc/loadavg's last pid, a full /proc listing at least every ~1 s) every tree_every
+ * samples (--tree-ms / --period-ms, default 100 ms; 0: every sample); each is sampled as the one process of v2 was
+ * (its own task directory, thread list and fds), one after the other at the same instant, and dropped when it has
+ * gone. The sampler exits when every process of the tree has gone (the step's own may exit before a descendant).
  *
  * Scheduling (Linux): a sample is only as good as its instant, and the sampler is itself a thread the scheduler
  * must put on a CPU when its timer fires. At the default slice, while every CPU is busy, EEVDF lets the running
@@ -94,7 +108,8 @@
  *
  * Exit status: 0 stopped or process gone; 1 runtime error (message on stderr); 2 usage error.
  *
- * macOS (#ifdef __APPLE__): threads mode reads libproc (proc_pidinfo PROC_PIDLISTTHREADS, then PROC_PIDTHREADINFO per
+ * macOS (#ifdef __APPLE__): threads mode follows the step's process only (tree=none; libproc's
+ * proc_listchildpids could find children, untested so far) and reads libproc (proc_pidinfo PROC_PIDLISTTHREADS, then PROC_PIDTHREADINFO per
  * thread) and prints the same header and record lines, so one parser reads both. What differs, and why:
  *   header   adds "source=libproc majflt=none" (keys a reader may ignore).
  *   t_ns     CLOCK_UPTIME_RAW: that is Python's time.monotonic on macOS, which the runner stamps the step with
@@ -1457,8 +1472,10 @@ static int open_source(enum mode mode, const char *target, long pid, const char 
         free(path);
         memset(&tree, 0, sizeof tree);
         tree.period_ms = period_ms;
-        tree.follow = g_follow_tree && procfd >= 0 && pt_open(&tree.pt, procfd) == 0;
         tree.tree_every = (unsigned)(g_tree_ms / period_ms > 1 ? g_tree_ms / period_ms : 1);
+        /* the full /proc listing at least every ~1 s (proctree.h: between, the new pids only) */
+        tree.follow = g_follow_tree && procfd >= 0
+                      && pt_open(&tree.pt, procfd, (unsigned)(FALLBACK_MS / period_ms / tree.tree_every)) == 0;
         if (!tree.follow && procfd >= 0)
             close(procfd);
         if (g_follow_tree && !tree.follow) {
