@@ -191,3 +191,19 @@ def test_no_tree_samples_the_steps_process_only(native: Path, tmp_path: Path) ->
     assert " tree=none " in text.splitlines()[0]
     assert [row["pid"] for row in process_records(out.read_bytes())] == [step.pid]
     assert {row["pid"] for row in parse("sampler-threads", out.read_bytes())} == {step.pid}
+
+
+def test_ingest_fills_the_processes_table_and_the_pid_columns(tmp_path: Path) -> None:
+    """The collectors' ingest of the real captures above: the threads table and thread_counters carry each thread's
+    own pid, and both collectors add the tree to ``processes`` (source says which one saw it)."""
+    from harness.collectors import COLLECTORS
+
+    (tmp_path / "threads.txt").write_bytes((DATA / "sampler" / "threads-v3-fio-forked-job-psync-direct.txt")
+                                           .read_bytes())
+    (tmp_path / "counters.txt").write_bytes((DATA / "counters" / "counters-v2-fio-forked-job.txt").read_bytes())
+    threads = COLLECTORS["threads"].ingest(tmp_path, {})
+    counters = COLLECTORS["counters"].ingest(tmp_path, {})
+    assert Counter(threads["threads"]["pid"].to_pylist()) == {1928: 536, 1973: 211}
+    assert Counter(r["pid"] for r in counters["thread_counters"] if r["kind"] == "thread") == {1928: 58, 1973: 22}
+    for rows, source in ((threads["processes"], "threads"), (counters["processes"], "counters")):
+        assert [(r["pid"], r["ppid"], r["source"]) for r in rows] == [(1928, 1832, source), (1973, 1928, source)]
