@@ -33,8 +33,9 @@ def _tree_runs(table: pd.DataFrame) -> pd.DataFrame:
 
 def counter_process_shares(counters: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per run, window and process: each counter class's share averaged over its threads that worked."""
-    out = []
-    for run_id, reads in _tree_runs(_thread_reads(counters)).groupby("run_id", sort=False):
+    out: list[dict[str, Any]] = []
+    trees = _tree_runs(counters if counters.empty else _thread_reads(counters))
+    for run_id, reads in (trees.groupby("run_id", sort=False) if not trees.empty else ()):
         ticks = _clock_ticks(reads)
         for label, t0, t1 in _windows(str(run_id), reads, requests):
             for pid, mine in reads.groupby("pid"):
@@ -50,8 +51,9 @@ def counter_process_shares(counters: pd.DataFrame, requests: pd.DataFrame) -> pd
 
 def sampled_process_shares(threads: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per run, window and process: each sampled class's share averaged over its threads that worked."""
-    out = []
-    for run_id, samples in _tree_runs(threads).groupby("run_id", sort=False):
+    out: list[dict[str, Any]] = []
+    trees = _tree_runs(threads)
+    for run_id, samples in (trees.groupby("run_id", sort=False) if not trees.empty else ()):
         t_ns = samples["t_ns"]
         for label, t0, t1 in _windows(str(run_id), samples, requests):
             inside = samples[(t_ns >= t0) & (t_ns <= t1)]
