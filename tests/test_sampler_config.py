@@ -1,5 +1,6 @@
 """The threads collector's experiment options (``collect: threads: {period_ms, stat_ms, wchan, gate, tree}``):
-validated with one-line config errors, and rendered into the native sampler's command line where the runner starts it."""
+validated with one-line config errors, and rendered into the native sampler's command line where the runner starts
+it."""
 
 from __future__ import annotations
 
