@@ -207,3 +207,25 @@ def test_ingest_fills_the_processes_table_and_the_pid_columns(tmp_path: Path) ->
     assert Counter(r["pid"] for r in counters["thread_counters"] if r["kind"] == "thread") == {1928: 58, 1973: 22}
     for rows, source in ((threads["processes"], "threads"), (counters["processes"], "counters")):
         assert [(r["pid"], r["ppid"], r["source"]) for r in rows] == [(1928, 1832, source), (1973, 1928, source)]
+
+
+def test_the_python_counters_reader_follows_the_tree_too(native: Path, tmp_path: Path) -> None:
+    """``reader: python`` (where the native reader is not built): the same tree, the same lines."""
+    collectors = Collectors([{"kind": "counters", "period_ms": 50, "reader": "python"}], str(native), str(tmp_path),
+                            None)
+    collectors.start_global()
+    try:
+        step = subprocess.Popen(["sh", "-c", f'( "{native / "workload"}" --seconds 0.6 --sleep 1 --hold-ms 0 --out '
+                                 f'"{tmp_path / "truth.json"}"; true ); true'])
+        collectors.on_spawn(step.pid)
+        assert step.wait(timeout=60) == 0
+    finally:
+        errors = collectors.stop_all()
+    assert errors == []
+    data = (tmp_path / "counters.txt").read_bytes()
+    assert b" reader=python tree=ppid" in data.splitlines()[0]
+    tree = {row["pid"]: row for row in process_records(data)}
+    (grandchild,) = [p for p, row in tree.items() if row["comm"] == "workload"]
+    assert tree[tree[grandchild]["ppid"]]["ppid"] == step.pid and tree[grandchild]["gone"] is True
+    names = {r["comm"] for r in parse("counters", data) if r["kind"] == "thread" and r["pid"] == grandchild}
+    assert "wl-sleep0" in names, names
