@@ -144,6 +144,9 @@ def test_wrapper_grandchild_late_child_and_exited_child(native: Path, tmp_path: 
     names = {p: {r["comm"] for r in samples if r["pid"] == p} for p in workloads}
     assert {"wl-sleep0", "wl-sleep1"} <= names[grandchild] and "wl-sleep0" in names[late], names
     assert "wl-busy0" in names[early], names
+    # threads share the pid space: a new thread's tid (probed after the last pid) is never taken for a process
+    threads_of_others = {r["tid"] for r in samples if r["tid"] != r["pid"]}
+    assert threads_of_others and not threads_of_others & (set(sampled) | set(counted))
     # dropped: no sample of the exited child after its last-seen time, which is its last sample's
     assert max(r["t_ns"] for r in samples if r["pid"] == early) == workloads[early]["last_ns"]
     assert max(r["t_ns"] for r in samples) > workloads[early]["last_ns"] + 0.5e9
