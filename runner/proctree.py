@@ -5,7 +5,8 @@ subreaper, never into the tree). Why the ppid scan and not /proc/PID/task/TID/ch
 
 The tree is recorded in the lines the native tools write::
 
-    # proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS     (at the first read that lists a thread of it)
+    # proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS     (at the first read that lists a thread of it, and
+                                                             again when its comm changed: an exec)
     # proc_end pid=P first_ns=F last_ns=L gone=0|1           (gone; gone=0: still there at the end)
 """
 
@@ -86,8 +87,11 @@ class ProcessTree:
         for pid, entry in list(self.followed.items()):
             tids = self._tids(pid)
             if tids:
-                if entry["first"] is None:
-                    entry["first"] = t_ns
+                now = _stat(self.proc, pid) if entry["first"] is not None else None
+                renamed = now is not None and now[1] != entry["comm"]  # an exec since it was found
+                if entry["first"] is None or renamed:
+                    entry["first"] = t_ns if entry["first"] is None else entry["first"]
+                    entry["comm"] = now[1] if renamed else entry["comm"]
                     self.lines.append("# proc t_ns=%d pid=%d ppid=%d\tcomm=%s\tcmd=%s\n" % (
                         t_ns, pid, max(entry["ppid"], 0), entry["comm"], _cmdline(self.proc, pid)))
                 entry["last"] = t_ns

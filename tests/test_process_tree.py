@@ -232,3 +232,20 @@ def test_the_python_counters_reader_follows_the_tree_too(native: Path, tmp_path:
     assert tree[tree[grandchild]["ppid"]]["ppid"] == step.pid and tree[grandchild]["gone"] is True
     names = {r["comm"] for r in parse("counters", data) if r["kind"] == "thread" and r["pid"] == grandchild}
     assert "wl-sleep0" in names, names
+
+
+def test_a_child_found_before_its_exec_takes_the_new_name(native: Path, tmp_path: Path) -> None:
+    """A subshell found while it still runs the shell, that then execs the workload: its tree row names the
+    workload (comm and cmd of the same pid's second '# proc' line), one row per process."""
+    script = (f'( sleep 0.4; exec "{native / "workload"}" --seconds 0.4 --sleep 1 --hold-ms 0 --out '
+              f'"{tmp_path / "truth.json"}" ); true')
+    pid, status, started = collect(native, tmp_path, ["sh", "-c", script])
+    assert status == 0
+    for name in ("threads.txt", "counters.txt"):
+        rows = process_records((tmp_path / name).read_bytes())
+        assert len({r["pid"] for r in rows}) == len(rows), rows  # renamed, not a second process
+        (child,) = [r for r in rows if r["ppid"] == pid and r["comm"] != "sleep"]
+        assert child["comm"] == "workload" and child["cmd"].startswith(str(native / "workload")), (name, child)
+        assert child["first_ns"] - started < 0.35e9, (name, child)  # found as the shell, before its exec
+    samples = parse("sampler-threads", (tmp_path / "threads.txt").read_bytes())
+    assert {"sh", "wl-sleep0"} <= {r["comm"] for r in samples if r["pid"] == child["pid"]}

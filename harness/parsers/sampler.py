@@ -5,7 +5,8 @@ the step's tree (v3).
 
     # harness-sampler v3 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
       gate=schedstat tree=ppid tree_every=20 slice_us=100 clock=monotonic                (one line)
-    # proc t_ns=... pid=124 ppid=123<TAB>comm=fio<TAB>cmd=fio --name=job ...      (a process found, at its first sample)
+    # proc t_ns=... pid=124 ppid=123<TAB>comm=fio<TAB>cmd=fio --name=job ...
+                      (a process found, at its first sample; again, same pid, when its comm changed: an exec)
     <t_ns>\t<pid>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
     # proc_end pid=124 first_ns=... last_ns=... gone=1             (gone=1: it exited; gone=0: still there at the stop)
     # exit t_ns=... [late_us_p50=... late_us_p90=... late_us_p99=... late_us_max=...]
@@ -14,8 +15,9 @@ the step's tree (v3).
 v3 follows the step's process and its descendants (``tree=ppid``: found by a scan of /proc every ``tree_every``
 samples, runner/native/proctree.h; ``tree=none``: the step's process only, as before -- ``--no-tree``, and macOS);
 every record carries the pid (tgid) of its thread, and the tree is recorded in the ``# proc`` / ``# proc_end``
-lines (:func:`process_records`: pid, ppid, comm and the head of the command line when it was found, its first and
-last sample, whether it exited). ``last_ns`` is the last sample that read one of its threads.
+lines (:func:`process_records`: pid, ppid, comm and the head of the command line -- as found, or as it was after
+an exec that renamed it -- its first and last sample, whether it exited). ``last_ns`` is the last sample with a
+record of one of its threads.
 
 v2 reads ``/proc/.../syscall`` of every thread every sample and ``stat`` every ``stat_every`` samples (runner/native/
 sampler.c says why). So in v2 and v3: ``state`` is ``R`` (running or runnable), the stat letter where stat was
@@ -207,6 +209,9 @@ def process_records(data: bytes | BinaryIO) -> list[dict[str, Any]]:
             fields = _proc_fields(raw, number)
             pid = _int(fields.get("pid", ""), "pid", number)
             first = _int(fields.get("t_ns", ""), "t_ns", number)
+            if pid in open_rows:  # the same process renamed (an exec after it was found): its new comm and cmd
+                open_rows[pid].update(comm=fields.get("comm"), cmd=fields.get("cmd"))
+                continue
             open_rows[pid] = {"pid": pid, "ppid": _int(fields.get("ppid", ""), "ppid", number) or None,
                               "comm": fields.get("comm"), "cmd": fields.get("cmd"), "t_ns": first,
                               "first_ns": first, "last_ns": None, "gone": None}

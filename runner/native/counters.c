@@ -487,6 +487,15 @@ static void list_tree(int64_t now) {
         if (alive && !p->first_ns) {
             p->first_ns = now;
             put_proc(p, now);
+        } else if (alive && proc_fd >= 0) {
+            /* its name changed (an exec: found between fork and exec, it was the parent's program): the same
+             * "# proc" line again, whose comm and cmd replace the first */
+            int ppid;
+            char comm[PT_COMM_CAP];
+            if (pt_stat(proc_fd, (int)p->pid, &ppid, comm, sizeof comm) == 0 && strcmp(comm, p->comm)) {
+                memcpy(p->comm, comm, sizeof comm);
+                put_proc(p, now);
+            }
         }
         if (alive || !p->first_ns) { /* a process never seen alive is dropped without a line */
             p->last_ns = alive ? now : p->last_ns;

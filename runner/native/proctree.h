@@ -114,14 +114,18 @@ static int pt_stat(int procfd, int pid, int *ppid, char *comm, size_t cap)
     return 0;
 }
 
-/* the head of procfd/PID/cmdline (arguments joined by spaces, control characters as '?') into buf; its length */
+/* the head of procfd/PID/cmdline (pid -1: procfd is /proc/PID itself; arguments joined by spaces, control
+ * characters as '?') into buf; its length */
 static size_t pt_cmdline(int procfd, int pid, char *buf, size_t cap)
 {
     char rel[32];
     ssize_t n;
     size_t i;
     int fd;
-    snprintf(rel, sizeof rel, "%d/cmdline", pid);
+    if (pid < 0)
+        snprintf(rel, sizeof rel, "cmdline");
+    else
+        snprintf(rel, sizeof rel, "%d/cmdline", pid);
     fd = openat(procfd, rel, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;

@@ -1338,12 +1338,13 @@ static void proc_free(struct threads_ctx *c)
 }
 
 /* "# proc t_ns=T pid=P ppid=Q\tcomm=COMM\tcmd=ARGS": comm and cmd are TAB-separated (they may hold spaces) */
-static void proc_announce(struct threads_ctx *c, int procfd, uint64_t t)
+static void proc_announce(struct threads_ctx *c, uint64_t t)
 {
     char cmd[128];
-    size_t n = pt_cmdline(procfd, c->pid, cmd, sizeof cmd);
+    size_t n = pt_cmdline(c->pid_dirfd, -1, cmd, sizeof cmd);
+    if (!c->announced)
+        c->first_ns = t;
     c->announced = 1;
-    c->first_ns = t;
     out_str("# proc t_ns=");
     out_u64(t);
     out_str(" pid=");
@@ -1414,11 +1415,20 @@ static int tree_sample(void *vctx, uint64_t t)
     for (i = 0, k = 0; i < tr->nprocs; i++) {
         struct threads_ctx *c = tr->procs[i];
         if (!c->announced)
-            proc_announce(c, tr->follow ? tr->pt.procfd : -1, t);
+            proc_announce(c, t);
         if (threads_sample(c, t) == SAMPLE_EXIT) {
             proc_end(c, 1);
             proc_free(c);
             continue;
+        }
+        if (c->ntasks && c->tasks[0].tid == c->pid && c->tasks[0].comm_len
+            && (c->tasks[0].comm_len != strlen(c->comm) || memcmp(c->tasks[0].comm, c->comm, c->tasks[0].comm_len))) {
+            /* its main thread's name changed (an exec: found between fork and exec, it was still the parent's
+             * program): the same "# proc" line again, whose comm and cmd replace the first */
+            memcpy(c->comm, c->tasks[0].comm, c->tasks[0].comm_len < PT_COMM_CAP ? c->tasks[0].comm_len
+                                                                                  : PT_COMM_CAP - 1);
+            c->comm[c->tasks[0].comm_len < PT_COMM_CAP ? c->tasks[0].comm_len : PT_COMM_CAP - 1] = '\0';
+            proc_announce(c, t);
         }
         tr->procs[k++] = c;
     }
