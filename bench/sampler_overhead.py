@@ -3,7 +3,8 @@
 Run on demand, not in CI.
 
     python3 bench/sampler_overhead.py [--file /var/tmp/x.bin] [--size-gib 2] [--rounds 8] [--round-s 8]
-                                      [--old-rev c7e78c0] [--v20-rev 57e11ff] [--cpu-s 30] [--skip-throughput]
+                                      [--old-rev c7e78c0] [--v20-rev 57e11ff] [--v2-rev 736738c] [--cpu-s 30]
+                                      [--skip-throughput]
 
 The modes (all `sampler threads PID --period-ms 5`):
   old       the v1 sampler, built from runner/native/sampler.c at git revision --old-rev (stat of every thread every
@@ -13,8 +14,12 @@ The modes (all `sampler threads PID --period-ms 5`):
   exact     the current sampler with --stat-ms 0: stat every sample (exact state letters) + syscall of those not
             running
   nogate    the current sampler with --no-gate: syscall of every thread every sample, stat every 100 ms
+  v2        the last v2 sampler (the step's process only), built from git revision --v2-rev; skipped without git
+  notree    the current sampler with --no-tree: the step's process only, as v2 (the v3 format)
+  tree0     the current sampler with --tree-ms 0: the /proc scan for descendants at every sample
   default   the current sampler as the runner starts it: as nogate, but a thread parked in one wait (the same
-            syscall line twice) is read through its schedstat first, and syscall only when it has run since
+            syscall line twice) is read through its schedstat first, and syscall only when it has run since; and
+            the step's descendants looked for every 100 ms (a /proc scan: the listing, and stat of new pids only)
 
 1. Sampler CPU, side by side: every mode attached at once to the same process for >= 20 s, first to the validation
    workload (runner/native/workload: 16 threads of busy compute, a futex barrier, cold mmap faults, cold preads,
@@ -213,8 +218,9 @@ def mean_sd(xs: list[float]) -> tuple[float, float]:
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
-MODES = ("old", "v2.0", "exact", "nogate", "default")
-MODE_ARGS = {"exact": ["--stat-ms", "0"], "nogate": ["--no-gate"], "default": []}
+MODES = ("old", "v2.0", "v2", "exact", "nogate", "notree", "tree0", "default")
+MODE_ARGS = {"exact": ["--stat-ms", "0"], "nogate": ["--no-gate"], "notree": ["--no-tree"], "tree0": ["--tree-ms", "0"],
+             "default": []}
 OLD_BUILDS: dict[str, Path] = {}  # mode -> binary built from git ("old", "v2.0")
 
 
@@ -296,7 +302,7 @@ def cpu_on_process(argv: list[str], a, old: Path | None, work: Path, tag: str) -
     proc = subprocess.Popen(argv)
     try:
         time.sleep(0.5)
-        modes = tuple(m for m in ("v2.0", "nogate", "default") if m in available_modes())
+        modes = tuple(m for m in ("v2.0", "v2", "nogate", "notree", "tree0", "default") if m in available_modes())
         return cpu_side_by_side(proc.pid, a, old, work, tag, None, modes=modes)
     finally:
         proc.kill()
@@ -383,6 +389,7 @@ def main() -> int:
     ap.add_argument("--round-s", type=float, default=8.0)
     ap.add_argument("--old-rev", default="c7e78c0", help="git revision whose sampler.c is the old (v1) mode")
     ap.add_argument("--v20-rev", default="57e11ff", help="git revision whose sampler.c is the v2.0 mode")
+    ap.add_argument("--v2-rev", default="736738c", help="git revision whose sampler.c is the last v2 (no tree)")
     ap.add_argument("--skip-throughput", action="store_true", help="only the CPU measurements (~1.5 min)")
     ap.add_argument("--keep", action="store_true", help="keep the test files")
     a = ap.parse_args()
@@ -398,6 +405,9 @@ def main() -> int:
     v20 = build_rev(a.v20_rev, work, "sampler-v20")
     if v20 is not None:
         OLD_BUILDS["v2.0"] = v20
+    v2 = build_rev(a.v2_rev, work, "sampler-v2")
+    if v2 is not None:
+        OLD_BUILDS["v2"] = v2
     small = (work / "fault.bin", work / "pread.bin")
     created = make_file(a.file, int(a.size_gib * 2**30))
     for f in small:

@@ -211,9 +211,10 @@ def test_native_reader_with_taskstats_gives_schedstats_own_numbers(native: Path,
         workload.kill()
         workload.wait()
         delayacct.switch_back(switch)
-    rows = [dict(zip(("kind", *THREAD_COLUMNS, "comm"), line.split("\t"), strict=True))
-            for line in (tmp_path / "rows.txt").read_text().splitlines()]
+    rows = [dict(zip(("kind", "t_ns", "pid", *THREAD_COLUMNS[1:], "comm"), line.split("\t"), strict=True))
+            for line in (tmp_path / "rows.txt").read_text().splitlines() if not line.startswith("#")]
     assert {int(row["tid"]) for row in rows} == set(expected)
+    assert {int(row["pid"]) for row in rows} == {workload.pid}  # v2: each thread line names its process
     for row in rows:
         got = tuple(int(row[name]) for name in ("run_ns", "runqueue_ns", "timeslices", "nvcsw", "nivcsw"))
         assert got == expected[int(row["tid"])], (row, expected)
@@ -376,8 +377,8 @@ def test_malformed_counters_line_is_one_line_naming_file_and_line(tmp_path: Path
 
 
 def test_counters_output_of_another_version_is_refused() -> None:
-    with pytest.raises(ParseError, match="version v2"):
-        parse("counters", b"# harness-counters v2 pid=1\n")
+    with pytest.raises(ParseError, match="version v3: this parser reads harness-counters v1 or v2"):
+        parse("counters", b"# harness-counters v3 pid=1\n")
     with pytest.raises(ParseError, match="no counters header"):
         parse("counters", b"t\t1\t2\n")
 

@@ -162,11 +162,20 @@ def stop(p: subprocess.Popen, sig=signal.SIGTERM) -> int:
     return rc
 
 
+TREE_LINES = ("# proc ", "# proc_end ")  # threads mode v3: the process tree, between the records
+
+
 def read_output(out: Path) -> tuple[str, list[str], list[str]]:
-    """(header, record lines, '#' trailer lines)."""
+    """(header, record lines, '#' trailer lines other than the process tree's)."""
     lines = out.read_text().splitlines()
     assert lines, "no output"
-    return lines[0], [ln for ln in lines[1:] if not ln.startswith("#")], [ln for ln in lines[1:] if ln.startswith("#")]
+    return lines[0], [ln for ln in lines[1:] if not ln.startswith("#")], \
+        [ln for ln in lines[1:] if ln.startswith("#") and not ln.startswith(TREE_LINES)]
+
+
+def tree_lines(out: Path) -> list[str]:
+    """The '# proc' and '# proc_end' lines of a threads capture, in order."""
+    return [ln for ln in out.read_text().splitlines() if ln.startswith(TREE_LINES)]
 
 
 # ----------------------------------------------------------------------------------------------- build
@@ -416,7 +425,7 @@ def test_block_on_real_device(native: Path, big_file: Path, disk_dir: Path, tmp_
     t_end = time.monotonic_ns()
 
     header, recs, trailer = read_output(out)
-    assert _without_slice(header) == f"# harness-sampler v2 mode=block dev={dev} period_ms=10 clock=monotonic"
+    assert _without_slice(header) == f"# harness-sampler v3 mode=block dev={dev} period_ms=10 clock=monotonic"
     t_stop, samples, overruns = _stop_line(trailer)
     assert samples == len(recs)
     rows = [r.split(" ") for r in recs]
@@ -455,7 +464,7 @@ def test_block_fake_tree_old_11_field_layout_follows_updates(native: Path, tmp_p
     assert stop(p, signal.SIGINT) == 0
 
     header, recs, trailer = read_output(out)
-    assert _without_slice(header) == "# harness-sampler v2 mode=block dev=mmcblk0 period_ms=20 clock=monotonic"
+    assert _without_slice(header) == "# harness-sampler v3 mode=block dev=mmcblk0 period_ms=20 clock=monotonic"
     _, samples, _ = _stop_line(trailer)
     assert samples == len(recs) >= 6
     fields = [r.split(" ", 1)[1] for r in recs]
@@ -570,7 +579,7 @@ def test_sampler_writes_to_stdout_by_default(native: Path, tmp_path: Path):
         text=True,
     )
     header = p.stdout.readline()  # the header is flushed at once
-    assert _without_slice(header.rstrip("\n")) == "# harness-sampler v2 mode=block dev=sda period_ms=10 clock=monotonic"
+    assert _without_slice(header.rstrip("\n")) == "# harness-sampler v3 mode=block dev=sda period_ms=10 clock=monotonic"
     wait_samples(p, 5)
     p.send_signal(signal.SIGTERM)
     rest, _ = p.communicate(timeout=10)
@@ -630,16 +639,16 @@ def _spinner_ticks(child: subprocess.Popen) -> int:
 
 
 def parse_threads(recs: list[str]) -> list[dict]:
-    """v2 records; majflt, ut and st None where the sample did not read stat."""
+    """v3 records; majflt, ut and st None where the sample did not read stat."""
     rows = []
     for r in recs:
         f = r.split("\t")
-        assert len(f) == 10, r
-        t, tid, state, majflt, ut, st, comm, wchan, cls, nr = f
+        assert len(f) == 11, r
+        t, pid, tid, state, majflt, ut, st, comm, wchan, cls, nr = f
         number = lambda v: None if v == "" else int(v)  # noqa: E731
         rows.append(
-            dict(t=int(t), tid=int(tid), state=state, majflt=number(majflt), ut=number(ut), st=number(st), comm=comm,
-                 wchan=wchan, cls=cls, nr=number(nr))
+            dict(t=int(t), pid=int(pid), tid=int(tid), state=state, majflt=number(majflt), ut=number(ut),
+                 st=number(st), comm=comm, wchan=wchan, cls=cls, nr=number(nr))
         )
     return rows
 
@@ -674,8 +683,8 @@ def test_threads_on_real_process_until_it_exits(native: Path, tmp_path: Path):
     tck = os.sysconf("SC_CLK_TCK")
     assert (
         _without_slice(header)
-        == f"# harness-sampler v2 mode=threads pid={child.pid} period_ms=5 clock_ticks_per_s={tck} stat_every=1 "
-        f"wchan=1 arch={_arch()} gate=schedstat clock=monotonic"
+        == f"# harness-sampler v3 mode=threads pid={child.pid} period_ms=5 clock_ticks_per_s={tck} stat_every=1 "
+        f"wchan=1 arch={_arch()} tree=ppid tree_every=20 gate=schedstat clock=monotonic"
     )
     assert len(trailer) == 1 and EXIT_RE.match(trailer[0]), trailer
     assert out.read_text().splitlines()[-1] == trailer[0]  # the exit line is the last line
@@ -827,8 +836,8 @@ def test_threads_fake_tree_parsing_churn_and_zombie_exit(native: Path, tmp_path:
 
     header, recs, trailer = read_output(out)
     assert _without_slice(header) == (
-        f"# harness-sampler v2 mode=threads pid=4242 period_ms=10 clock_ticks_per_s={os.sysconf('SC_CLK_TCK')} "
-        f"stat_every=10 wchan=1 arch={_arch()} gate=schedstat "
+        f"# harness-sampler v3 mode=threads pid=4242 period_ms=10 clock_ticks_per_s={os.sysconf('SC_CLK_TCK')} "
+        f"stat_every=10 wchan=1 arch={_arch()} tree=ppid tree_every=10 gate=schedstat "
         "clock=monotonic"
     )
     assert len(trailer) == 1 and EXIT_RE.match(trailer[0])

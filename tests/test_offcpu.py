@@ -26,6 +26,7 @@ from harness.analysis.offcpu import offcpu_shares
 from harness.analysis.waits import wait_shares
 from harness.parsers import ParseError, parse
 from harness.parsers.offcpu import offcpu_notes
+from harness.parsers.sampler import process_records
 from runner.collectors import offcpu
 from runner.collectors.run import Collectors
 from tests.helpers import build_native_tools, cli_in_process, workload_files
@@ -180,8 +181,35 @@ def test_offcpu_matches_the_truth_of_blocking_threads(native: Path, cold_files: 
     for truth, shares, waits in threads:
         assert_agrees(truth, shares, waits)
     header = (tmp_path / "offcpu.txt").read_text().splitlines()[0]
-    assert header.startswith("# harness-offcpu v1 ") and "arch=" in header, header
+    assert header.startswith("# harness-offcpu v2 ") and "arch=" in header, header
     assert missed_share(tmp_path)[0] <= MAX_MISSED
+
+
+@pytest.mark.slow
+@bpftrace
+def test_offcpu_follows_the_steps_descendants(native: Path, tmp_path: Path) -> None:
+    """A shell whose subshell forks the workload (a grandchild of the step): bpftrace's fork probe follows the tree,
+    so the grandchild's sleeping threads are written with their own pid, and the tree in '# proc' lines."""
+    collectors = Collectors([{"kind": "offcpu", "period_ms": 100, "optional": False}], str(native), str(tmp_path),
+                            None)
+    collectors.start_global()
+    try:
+        proc = subprocess.Popen(["sh", "-c", f'( "{native / "workload"}" --seconds 1 --sleep 1 --hold-ms 0 --out '
+                                 f'"{tmp_path / "truth.json"}"; true ); true'])
+        collectors.on_spawn(proc.pid)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        errors = collectors.stop_all()
+    assert errors == []
+    (sleeper,) = [t for t in json.loads((tmp_path / "truth.json").read_text())["threads"] if t["role"] == "sleep"]
+    rows = parse("offcpu", (tmp_path / "offcpu.txt").read_bytes())
+    mine = [r for r in rows if r["tid"] == sleeper["tid"]]
+    assert mine and {r["class"] for r in mine} >= {"idle"}, mine
+    grandchild = mine[0]["pid"]
+    assert grandchild not in (proc.pid, sleeper["tid"])  # its own process, not the step's
+    tree = {row["pid"]: row for row in process_records((tmp_path / "offcpu.txt").read_bytes())}
+    assert tree[tree[grandchild]["ppid"]]["ppid"] == proc.pid  # through the subshell
+    assert tree[grandchild]["comm"] == "workload"
 
 
 @pytest.mark.slow
@@ -324,10 +352,17 @@ def test_a_sleep_still_open_at_a_snapshot_counts_up_to_it() -> None:
 
 
 def test_offcpu_output_of_another_version_or_class_is_refused() -> None:
-    with pytest.raises(ParseError, match="version v2"):
-        parse("offcpu", b"# harness-offcpu v2 pid=1\n")
+    with pytest.raises(ParseError, match="version v3: this parser reads harness-offcpu v1 or v2"):
+        parse("offcpu", b"# harness-offcpu v3 pid=1\n")
     with pytest.raises(ParseError, match="unknown class 'disk'"):
         parse("offcpu", b"# harness-offcpu v1 pid=1\ns\t1\t2\tdisk\tD\tnone\t-\t1\t1\t1\tx\n")
+    with pytest.raises(ParseError, match="line 2: expected 12 TAB-separated fields, got 11"):
+        parse("offcpu", b"# harness-offcpu v2 pid=1\ns\t1\t2\tidle\tS\tnone\t-\t1\t1\t1\tx\n")
+    # v2: each line's own pid (a descendant's), v1: the header's
+    assert [row["pid"] for row in parse("offcpu", b"# harness-offcpu v2 pid=1\ns\t1\t7\t8\tidle\tS\tnone\t-\t1\t1\t1"
+                                               b"\tx\n")] == [7]
+    assert [row["pid"] for row in parse("offcpu", b"# harness-offcpu v1 pid=1\ns\t1\t8\tidle\tS\tnone\t-\t1\t1\t1"
+                                               b"\tx\n")] == [1]
 
 
 def test_shares_of_a_window_come_from_two_snapshots() -> None:

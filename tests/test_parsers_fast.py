@@ -130,7 +130,7 @@ def outcome(parse: Callable[[], list[dict[str, Any]]]) -> tuple[str, Any]:
     (THREADS.replace(b"\tD\t", b"\tQ\t"), r"^line 6: unknown thread state 'Q'$"),
     (THREADS.replace(b"1005000000", b"1e9"), r"^line 6: t_ns is not an integer: '1e9'$"),
     (THREADS.replace(b"\t120\t50", b"\t120\t"), r"^line 5: utime_ticks is not an integer: ''$"),
-    (HEAD.replace(b"v1", b"v3") + RECORD, r"^line 1: sampler output of version v3"),
+    (HEAD.replace(b"v1", b"v4") + RECORD, r"^line 1: sampler output of version v4"),
     (b"", r"^no sampler header: the output is empty"),
     (b"\n\n", r"^no sampler header: the output is empty"),
     (RECORD, r"^line 1: no sampler header"),

@@ -111,14 +111,14 @@ def test_thread_record_errors():
 
 
 def test_a_header_of_another_version_is_refused_naming_it():
-    v3 = THREADS.replace("# harness-sampler v1 ", "# harness-sampler v3 ")
-    with pytest.raises(ParseError, match=r"^line 1: sampler output of version v3: this parser reads harness-sampler "
-                                         r"v1 or v2 \(header '# harness-sampler v3 mode=threads pid=4242"):
-        parse_sampler_threads(v3.encode())
+    v4 = THREADS.replace("# harness-sampler v1 ", "# harness-sampler v4 ")
+    with pytest.raises(ParseError, match=r"^line 1: sampler output of version v4: this parser reads harness-sampler "
+                                         r"v1 or v2 or v3 \(header '# harness-sampler v4 mode=threads pid=4242"):
+        parse_sampler_threads(v4.encode())
     with pytest.raises(ParseError, match=r"^line 1: sampler output of version \(none\)"):
         parse_sampler_threads(b"# harness-sampler mode=threads pid=1 period_ms=5\n")
-    with pytest.raises(ParseError, match="version v3"):
-        parse("sampler-threads", v3.encode())  # as the ingest reads threads.txt
+    with pytest.raises(ParseError, match="version v4"):
+        parse("sampler-threads", v4.encode())  # as the ingest reads threads.txt
     # v1 lines under a v2 header are not read as v1: v2 records have ten fields
     with pytest.raises(ParseError, match=r"^line 2: expected 10 TAB-separated fields, got 8"):
         parse_sampler_threads(THREADS.replace("# harness-sampler v1 ", "# harness-sampler v2 ").encode())
@@ -126,7 +126,7 @@ def test_a_header_of_another_version_is_refused_naming_it():
 
 def test_output_without_the_header_is_refused_naming_what_came_first():
     headless = THREADS.split("\n", 1)[1]
-    with pytest.raises(ParseError, match=r"^line 1: no sampler header: expected '# harness-sampler v2 "
+    with pytest.raises(ParseError, match=r"^line 1: no sampler header: expected '# harness-sampler v3 "
                                          r"mode=threads \.\.\.' first, found '1000000000\\t4242\\tS"):
         parse_sampler_threads(headless.encode())
     with pytest.raises(ParseError, match=r"^no sampler header: the output is empty"):
@@ -164,12 +164,12 @@ def test_real_block_capture_intervals():
 
 
 def test_block_sampler_header_of_another_version_is_refused():
-    text = "# harness-sampler v3 mode=block dev=vda period_ms=10 clock=monotonic\n5 " + "1 " * 17 + "\n"
-    with pytest.raises(ParseError, match=r"^line 1: sampler output of version v3: this parser reads harness-sampler "
-                                         r"v1 or v2 \(header '# harness-sampler v3 mode=block dev=vda"):
+    text = "# harness-sampler v4 mode=block dev=vda period_ms=10 clock=monotonic\n5 " + "1 " * 17 + "\n"
+    with pytest.raises(ParseError, match=r"^line 1: sampler output of version v4: this parser reads harness-sampler "
+                                         r"v1 or v2 or v3 \(header '# harness-sampler v4 mode=block dev=vda"):
         parse_blockstat(text.encode())
-    for version in ("v1", "v2"):  # the block records did not change from v1 to v2
-        assert len(parse_blockstat(text.replace("v3", version).encode())) == 1
+    for version in ("v1", "v2", "v3"):  # the block records did not change from v1 to v3
+        assert len(parse_blockstat(text.replace("v4", version).encode())) == 1
     assert len(parse_blockstat(b" ".join([b"1"] * 17))) == 1  # a bare stat line (a run.json snapshot) needs none
 
 

@@ -1,5 +1,6 @@
-"""The threads collector's experiment options (``collect: threads: {period_ms, stat_ms, wchan, gate}``): validated with
-one-line config errors, and rendered into the native sampler's command line where the runner starts it."""
+"""The threads collector's experiment options (``collect: threads: {period_ms, stat_ms, wchan, gate, tree}``):
+validated with one-line config errors, and rendered into the native sampler's command line where the runner starts
+it."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ def threads_argv(threads_yaml: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     ("{stat_ms: 0}", ["--period-ms", "5", "--stat-ms", "0"]),
     ("{period_ms: 10, stat_ms: 1000, wchan: true}", ["--period-ms", "10", "--stat-ms", "1000", "--wchan"]),
     ("{gate: false}", ["--period-ms", "5", "--stat-ms", "100", "--no-gate"]),
+    ("{tree: false}", ["--period-ms", "5", "--stat-ms", "100", "--no-tree"]),  # the step's process only
 ])
 def test_threads_options_reach_the_sampler_command_line(threads_yaml: str, options: list[str], tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,8 +85,9 @@ def test_a_spec_from_an_older_controller_gets_the_samplers_defaults(tmp_path: Pa
     ("{stat_ms: often}", "collect.threads.stat_ms", "valid integer"),
     ("{wchan: sometimes}", "collect.threads.wchan", "valid boolean"),
     ("{gate: sometimes}", "collect.threads.gate", "valid boolean"),
+    ("{tree: sometimes}", "collect.threads.tree", "valid boolean"),
     ("{wchans: true}", "collect.threads.wchans", "unknown key 'wchans' (expected one of: period_ms, stat_ms, wchan, "
-                                                 "gate)"),
+                                                 "gate, tree)"),
 ])
 def test_a_bad_threads_option_is_one_line_naming_the_field(threads_yaml: str, field: str, words: str,
                                                            tmp_path: Path) -> None:

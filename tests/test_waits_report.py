@@ -5,10 +5,15 @@ where the two compute threads spent 53 % (read_ahead_kb 8192) vs 20 % (128) wait
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
+from harness.figures.process_waits import counter_process_shares, process_wait_lines, sampled_process_shares
 from harness.figures.waits import disagreement, sampled_summary, wait_lines, wait_summary
+from harness.parsers import parse
+from harness.parsers.sampler import process_records
 
 MS = 1_000_000
 PARAMS = ["read_ahead_kb"]
@@ -88,3 +93,36 @@ def test_samples_and_counters_are_compared_on_the_same_threads_over_the_same_spa
     assert (row["I/O: sampled %"], row["I/O: counters %"], row["I/O: Δ pp"]) == pytest.approx((30, 45, -15))
     assert row["other sleep: Δ pp"] == pytest.approx(10)
     assert "same threads over the same spans" in "\n".join(wait_lines(tables, PARAMS))  # type: ignore[arg-type]
+
+
+def _run_rows(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame([{**row, "run_id": "r1"} for row in rows])
+
+
+def test_per_process_tables_say_which_process_of_the_tree_waited() -> None:
+    """The real captures of one fio run (tests/data/sampler/threads-v3-fio-forked-job-psync-direct.txt and
+    tests/data/counters/counters-v2-fio-forked-job.txt): the parent (depth 0) slept, the forked job process (depth
+    1) did the reads. Its samples, counted with awk: 112 of 211 running, 86 read_io, 13 futex."""
+    data = Path(__file__).parent / "data"
+    threads = (data / "sampler" / "threads-v3-fio-forked-job-psync-direct.txt").read_bytes()
+    counters = (data / "counters" / "counters-v2-fio-forked-job.txt").read_bytes()
+    runs = pd.DataFrame({"run_id": ["r1"], "index": [1], "status": ["ok"], "step": ["fio"], "cache": ["cold"],
+                         "target": ["local"]})
+    rs = Tables(runs=runs, threads=_run_rows(parse("sampler-threads", threads)),
+                thread_counters=_run_rows(parse("counters", counters)),
+                processes=_run_rows([{**row, "source": "threads"} for row in process_records(threads)]))
+    shares = sampled_process_shares(rs.table("threads"), rs.table("requests"))
+    job = shares[shares["pid"] == 1973].iloc[0]
+    assert (job["running"], job["read_io"], job["futex"]) == pytest.approx((112 / 211, 86 / 211, 13 / 211))
+    counted = counter_process_shares(rs.table("thread_counters"), rs.table("requests")).set_index("pid")
+    assert counted.loc[1973, "io_wait"] > 0.3 and counted.loc[1928, "io_wait"] == 0
+    text = "\n".join(process_wait_lines(rs, []))  # type: ignore[arg-type]
+    rows = [line for line in text.splitlines() if line.startswith("| fio step · cold")]
+    assert len(rows) == 4  # two processes, by the counters and by the samples
+    assert [[cell.strip() for cell in row.split("|")[2:6]] for row in rows[2:]] == [
+        ["0", "fio", "1", "1928"], ["1", "fio", "1", "1973"]]
+    assert "read_io %" in text and "io_wait %" in text
+
+
+def test_no_per_process_table_for_steps_of_one_process(result_set: Tables) -> None:
+    assert process_wait_lines(result_set, PARAMS) == []  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
-"""The ``counters`` collector: the kernel's cumulative per-thread counters of the step's process (schedstat, stat,
-taskstats delay accounting, PSI), read by ``runner/collectors/counters.py`` every ``period_ms`` (default 100) and
-at the run's start and end. Rows go to ``thread_counters``; harness/analysis/waits.py turns them into where each
-thread's time went (run, runqueue, io_wait, thrashing, reclaim, other_sleep)."""
+"""The ``counters`` collector: the kernel's cumulative per-thread counters of the step's process and its
+descendants (schedstat, stat, taskstats delay accounting, PSI), read by ``runner/collectors/counters.py`` every
+``period_ms`` (default 100) and at the run's start and end. Rows go to ``thread_counters`` (and the tree to
+``processes``); harness/analysis/waits.py turns them into where each thread's time went (run, runqueue, io_wait,
+thrashing, reclaim, other_sleep)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from harness.collectors.base import CollectorKind, Rows, register_collector
 from harness.config.validate import StrictModel
 from harness.parsers import parse
 from harness.parsers.counters import counter_notes
+from harness.parsers.sampler import process_records
 
 
 class CountersConfig(StrictModel):
     period_ms: Annotated[int, Field(ge=10, le=10_000)] = 100
     # native: runner/native/bin/counters reads (the default; Python where it is not built); python: the old reader
     reader: Literal["native", "python"] = "native"
+    # the step's process and its descendants (found at every read); false: the step's process only
+    tree: bool = True
 
 
 @register_collector
@@ -37,4 +41,6 @@ class Counters(CollectorKind):
         notes = counter_notes(data)  # why a source was missing, whether delayacct was restored
         for row in rows:
             row.update(notes)
-        return {self.table: rows}
+        # the step's process tree (v2's '# proc' lines, written as the thread sampler writes them)
+        processes = [{**row, "source": "counters"} for row in process_records(data)]
+        return {self.table: rows, "processes": processes} if processes else {self.table: rows}

@@ -21,6 +21,7 @@ from harness.collectors.base import CollectorKind, Rows, register_collector
 from harness.config.validate import StrictModel
 from harness.parsers import parse
 from harness.parsers.offcpu import missed_events, offcpu_notes
+from harness.parsers.sampler import process_records
 
 log = logging.getLogger(__name__)
 
@@ -46,4 +47,7 @@ class Offcpu(CollectorKind):
         if missed:  # the numbers stand (tests/test_offcpu.py bounds the loss), but a loss is never silent
             log.warning("offcpu: bpftrace missed events in %s (%s)", run_dir,
                         " ".join(f"{key}={count}" for key, count in missed.items()))
-        return {self.table: [{**row, **notes} for row in parse(self.parser, data)]}
+        rows = {self.table: [{**row, **notes} for row in parse(self.parser, data)]}
+        # the step's process tree as bpftrace saw it (v2: '# proc' lines, no exits traced)
+        processes = [{**row, "source": "offcpu"} for row in process_records(data)]
+        return {**rows, "processes": processes} if processes else rows

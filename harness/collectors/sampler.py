@@ -1,5 +1,6 @@
 """The native sampler's collectors: ``blockstat`` (the block device's counters) and ``threads`` (every
-thread of the step's main process), both read by ``runner/native`` every period. Their captures are read
+thread of the step's process and of its descendants, and the process tree), both read by ``runner/native`` every
+period. Their captures are read
 column-wise into Arrow tables (:mod:`harness.collectors.sampler_tables`), which ingest writes run by run."""
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from pydantic import Field
 from harness.collectors.base import CollectorKind, register_collector
 from harness.config.validate import StrictModel
 from harness.parsers._common import header_fields
-from harness.parsers.sampler import sampler_lateness
+from harness.parsers.sampler import process_records, sampler_lateness
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger(__name__)
 TAIL_BYTES = 4096  # the exit or stop line is among a capture's last lines
+PROCESSES = "processes"  # the table of the step's process tree (harness/results/tables.py)
 LATE_SHARE = 0.2  # p90 lateness beyond this share of the period: the samples are not at their instants
 
 
@@ -57,6 +59,8 @@ class ThreadsConfig(PeriodConfig):
     # a thread parked in one wait is re-read only after its schedstat shows it ran (false: the sampler's --no-gate,
     # syscall of every thread every sample; a woken parked thread then shows R while it waits for a CPU)
     gate: bool = True
+    # the step's process and its descendants (found every ~100 ms); false: the step's process only (--no-tree)
+    tree: bool = True
 
 
 @register_collector
@@ -80,7 +84,8 @@ class Blockstat(CollectorKind):
 
 @register_collector
 class Threads(CollectorKind):
-    """Every thread of the step's main process every period: state, faults, CPU, wchan."""
+    """Every thread of the step's process and its descendants every period: state, faults, CPU, wait class; the
+    processes (``processes``)."""
 
     name, Config, table, raw_file, parser = "threads", ThreadsConfig, "threads", "threads.txt", "sampler-threads"
 
@@ -92,4 +97,7 @@ class Threads(CollectorKind):
             return {}
         warn_if_late(raw)
         with raw.open("rb") as capture:  # an hour of 5 ms samples of 16 threads: 11.5 M lines, never held whole
-            return {self.table: sampler_threads_table(capture)}
+            table = sampler_threads_table(capture)
+            # the step's process tree (v3's '# proc' lines): which process each pid was, when it came and went
+            processes = [{**row, "source": "threads"} for row in process_records(capture)]
+        return {self.table: table, PROCESSES: processes} if processes else {self.table: table}

@@ -32,11 +32,20 @@ from harness.collectors.columnar import (
 )
 from harness.parsers.base import ParseError
 from harness.parsers.blockstat import FIELD_COUNTS, FIELDS, SECTOR_BYTES, block_records, derive_intervals
-from harness.parsers.sampler import CLASSES, NO_CLASS, STATES, STATES_V2, sampler_header, thread_records
+from harness.parsers.sampler import (
+    CLASSES,
+    NO_CLASS,
+    STATES,
+    STATES_V2,
+    sampler_header,
+    thread_records,
+)
 
-# line order: v1 records are the first eight, v2 adds the wait class and the syscall number
+# line order: v1 records are the first eight, v2 adds the wait class and the syscall number, v3 the pid second
 _THREAD_RECORD = ("t_ns", "tid", "state", "majflt", "utime_ticks", "stime_ticks", "comm", "wchan", "class", "syscall")
-_STATE_SET = {"v1": pa.array(sorted(STATES), pa.large_string()), "v2": pa.array(sorted(STATES_V2), pa.large_string())}
+_RECORD_NAMES = {"v1": _THREAD_RECORD[:8], "v2": _THREAD_RECORD, "v3": ("t_ns", "pid", *_THREAD_RECORD[1:])}
+_STATE_SET = {"v1": pa.array(sorted(STATES), pa.large_string()), "v2": pa.array(sorted(STATES_V2), pa.large_string()),
+              "v3": pa.array(sorted(STATES_V2), pa.large_string())}
 _CLASS_SET = pa.array([*CLASSES, *NO_CLASS], pa.large_string())
 _NO_CLASS = pa.array(list(NO_CLASS), pa.large_string())
 _NO_WCHAN = pa.array(["", "0"], pa.large_string())  # the sampler prints 0 for "no wait channel", ? for unreadable
@@ -53,7 +62,7 @@ INTERVAL_COLUMNS = ("dt_s", "read_bytes_per_s", "write_bytes_per_s", "avg_read_i
 
 
 def _sampler_fields(capture: Capture, mode: str) -> tuple[dict[str, str], int] | None:
-    """The header's fields and where the records start, for a capture that opens with a v1 or v2 header of
+    """The header's fields and where the records start, for a capture that opens with a v1, v2 or v3 header of
     ``mode``; None for anything else (the per-line parser reads it, and names what is wrong)."""
     header = leading_header(capture)
     if header is None:
@@ -84,22 +93,23 @@ def _threads_by_columns(capture: Capture) -> pa.Table | None:
         return None
     majflt_known = fields.get("majflt") != "none"  # macOS (libproc) has no per-thread fault count
     version = fields["version"]
-    names = list(_THREAD_RECORD if version == "v2" else _THREAD_RECORD[:8])
+    names = list(_RECORD_NAMES[version])
     types = {name: THREAD_SCHEMA.field(name).type for name in names}
     if not majflt_known:
         types["majflt"] = pa.large_string()  # whatever is printed there is not read, as line by line
-    # v2 leaves majflt, utime and stime empty where stat was not read: null; t_ns and tid never are
-    records = read_records(capture, start, names, types, "\t", empty_is_null=version == "v2")
-    if records is None or records["t_ns"].null_count or records["tid"].null_count \
+    # v2 and v3 leave majflt, utime and stime empty where stat was not read: null; t_ns, pid and tid never are
+    records = read_records(capture, start, names, types, "\t", empty_is_null=version != "v1")
+    if records is None or any(records[name].null_count for name in ("t_ns", "tid", "pid") if name in names) \
             or not pc.all(pc.is_in(records["state"], _STATE_SET[version])).as_py():
         return None
     columns = {name: records[name] for name in names}
     length = records.num_rows
-    columns["pid"] = constant(pid, pa.int64(), length)
+    if version != "v3":
+        columns["pid"] = constant(pid, pa.int64(), length)  # v1, v2: the header's (the step's process only)
     if not majflt_known:
         columns["majflt"] = constant(None, pa.int64(), length)
     columns["wchan"] = null_where_in(records["wchan"], _NO_WCHAN)
-    if version == "v2":
+    if version != "v1":
         if not pc.all(pc.is_in(records["class"], _CLASS_SET)).as_py():
             return None  # the per-line parser names the line with an unknown class
         columns["class"] = null_where_in(records["class"], _NO_CLASS)

@@ -16,6 +16,7 @@ from harness.analysis.stats import pearson
 from harness.figures import FIGURES, FigureContext
 from harness.figures.change import observations, ratio_table
 from harness.figures.equivalence_report import equivalence_lines
+from harness.figures.process_waits import process_wait_lines
 from harness.figures.streaming import baseline_cell, cell_label, change_table, ok_requests
 from harness.figures.waits import wait_lines
 from harness.parsers.fio import ordered_jobs
@@ -279,6 +280,7 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
             lines.append(f"Pearson r (decode tok/s vs device MB/s, all requests) = {corr.r:.2f}, n = {corr.n}, "
                          f"p = {corr.p:.2g}")
     lines += wait_lines(rs, list(manifest.get("matrix") or {}))  # counters and samples side by side
+    lines += process_wait_lines(rs, list(manifest.get("matrix") or {}))  # which process of the tree waited
     bench = bench_summary(rs)
     if not bench.empty:
         lines += ["", "## llama-bench", "", _table(bench)]

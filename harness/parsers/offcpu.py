@@ -1,10 +1,12 @@
 """The offcpu collector's capture (``offcpu.txt``, runner/collectors/offcpu.py): bpftrace's exact off-CPU time of
-the step's threads, cumulative since its attach, one TAB-separated line per thread and key per snapshot.
+the threads of the step's process and of its descendants (v2), cumulative since its attach, one TAB-separated line
+per thread and key per snapshot.
 
 ::
 
-    # harness-offcpu v1 pid=123 period_ms=1000 clock=monotonic arch=x86_64 bpftrace=v0.17.0 tracefs=mounted
-    s  t_ns tid class state syscall device blocked_ns runqueue_ns count comm
+    # harness-offcpu v2 pid=123 period_ms=1000 clock=monotonic arch=x86_64 bpftrace=v0.17.0 tracefs=mounted
+    # proc t_ns=... pid=124 ppid=123<TAB>comm=fio<TAB>cmd=       (a process of the tree, at the first snapshot with it)
+    s  t_ns pid tid class state syscall device blocked_ns runqueue_ns count comm
     # stop t_ns=... snapshots=... cpu_s=... tracefs_restored=yes|no|- lost=N noregs=N unseen=N unwoken=N
 
 ``blocked_ns`` is the time asleep (switch-out to wake-up), ``runqueue_ns`` the wait for a CPU after the wake-up
@@ -16,6 +18,9 @@ from the thread's CPU time, the off-CPU interval was then lost), ``noregs`` the 
 whose syscall could not be read (syscall ``unknown``), ``lost`` the events bpftrace's perf buffer dropped; captures
 before issue 13 have only ``unwoken`` and ``unseen``, the missing counts are left empty. Output of another version,
 or without the header, is refused.
+
+v2 carries each thread's process (``pid``, second; the rows' ``pid`` is the thread's own, the header's is the
+step's); v1 (older raw data) had the step's process only, its rows take the header's pid.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Any
 from ._common import headed_rows, header_fields, iter_lines, versioned_header
 from .base import ParseError, register_parser
 
-VERSION = "v1"
+VERSION = "v2"
+READABLE_VERSIONS = ("v1", "v2")
 COLUMNS = ("t_ns", "tid", "class", "state", "syscall", "device", "blocked_ns", "runqueue_ns", "count", "comm")
 INTEGERS = ("t_ns", "tid", "blocked_ns", "runqueue_ns", "count")
 CLASSES = ("fault_io", "read_io", "futex", "gpu", "idle", "other", "runqueue")
@@ -34,8 +40,15 @@ CLASSES = ("fault_io", "read_io", "futex", "gpu", "idle", "other", "runqueue")
 def _row(parts: list[str], number: int, facts: dict[str, Any]) -> dict[str, Any]:
     if parts[0] != "s":
         raise ParseError(f"unknown line kind {parts[0]!r} (expected s or a # comment)", line=number)
-    if len(parts) != len(COLUMNS) + 1:
-        raise ParseError(f"expected {len(COLUMNS) + 1} TAB-separated fields, got {len(parts)}", line=number)
+    version, facts = facts["_version"], {key: value for key, value in facts.items() if key != "_version"}
+    width = len(COLUMNS) + (2 if version == "v2" else 1)
+    if len(parts) != width:
+        raise ParseError(f"expected {width} TAB-separated fields, got {len(parts)}", line=number)
+    if version == "v2":  # the thread's own process, second
+        pid = parts.pop(2)
+        if not pid.isdigit():
+            raise ParseError(f"pid is not an integer: {pid!r}", line=number)
+        facts = {**facts, "pid": int(pid)}
     row: dict[str, Any] = dict(zip(COLUMNS, parts[1:], strict=True))
     for name in INTEGERS:
         try:
@@ -48,10 +61,14 @@ def _row(parts: list[str], number: int, facts: dict[str, Any]) -> dict[str, Any]
 
 
 def _facts(line: str, number: int) -> dict[str, Any]:
-    fields = versioned_header(line, number, "offcpu", VERSION)
+    words = line.split()
+    found = words[2] if len(words) > 2 else None
+    fields = versioned_header(line, number, "offcpu", found if found in READABLE_VERSIONS
+                              else " or ".join(READABLE_VERSIONS))
     if not fields.get("pid", "").isdigit():
         raise ParseError(f"offcpu header without a numeric pid: {line.strip()[:80]!r}", line=number)
-    return {"pid": int(fields["pid"]), "arch": fields.get("arch"), "bpftrace": fields.get("bpftrace")}
+    return {"pid": int(fields["pid"]), "arch": fields.get("arch"), "bpftrace": fields.get("bpftrace"),
+            "_version": found}
 
 
 @register_parser("offcpu")

@@ -1,26 +1,38 @@
-"""The native sampler in thread mode: one TAB-separated record per thread per sample instant.
+"""The native sampler in thread mode: one TAB-separated record per thread per sample instant, of every process of
+the step's tree (v3).
 
 ::
 
-    # harness-sampler v2 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
-      clock=monotonic                                                              (one line)
-    <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
+    # harness-sampler v3 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
+      gate=schedstat tree=ppid tree_every=20 slice_us=100 clock=monotonic                (one line)
+    # proc t_ns=... pid=124 ppid=123<TAB>comm=fio<TAB>cmd=fio --name=job ...
+                      (a process found, at its first sample; again, same pid, when its comm changed: an exec)
+    <t_ns>\t<pid>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
+    # proc_end pid=124 first_ns=... last_ns=... gone=1             (gone=1: it exited; gone=0: still there at the stop)
     # exit t_ns=... [late_us_p50=... late_us_p90=... late_us_p99=... late_us_max=...]
     # stop t_ns=... samples=... overruns=... [late_us_p50=... late_us_p90=... late_us_p99=... late_us_max=...]
 
-v2 reads ``/proc/.../syscall`` of every thread every sample and ``stat`` every ``stat_every`` samples (runner/native/
-sampler.c says why). So in v2: ``state`` is ``R`` (running or runnable), the stat letter where stat was read, or
-``-`` (off CPU, D or S not read); majflt/utime/stime are empty (None) where stat was not read; ``comm`` is the
-name at the thread's last stat read; ``wchan`` is empty unless the header says ``wchan=1``; ``class`` is the wait
-class of a thread off CPU (:data:`CLASSES`; empty for a running thread, ``?`` where syscall was unreadable: both
-None) and ``syscall`` its syscall number for the header's ``arch`` (-1: not in a syscall, i.e. a page fault).
+v3 follows the step's process and its descendants (``tree=ppid``: found by a scan of /proc every ``tree_every``
+samples, runner/native/proctree.h; ``tree=none``: the step's process only, as before -- ``--no-tree``, and macOS);
+every record carries the pid (tgid) of its thread, and the tree is recorded in the ``# proc`` / ``# proc_end``
+lines (:func:`process_records`: pid, ppid, comm and the head of the command line -- as found, or as it was after
+an exec that renamed it -- its first and last sample, whether it exited). ``last_ns`` is the last sample with a
+record of one of its threads.
 
-v1 (older raw data): the first eight fields, stat and wchan of every thread every sample; its rows have class and
-syscall None.
+v2 reads ``/proc/.../syscall`` of every thread every sample and ``stat`` every ``stat_every`` samples (runner/native/
+sampler.c says why). So in v2 and v3: ``state`` is ``R`` (running or runnable), the stat letter where stat was
+read, or ``-`` (off CPU, D or S not read); majflt/utime/stime are empty (None) where stat was not read; ``comm`` is
+the name at the thread's last stat read; ``wchan`` is empty unless the header says ``wchan=1``; ``class`` is the
+wait class of a thread off CPU (:data:`CLASSES`; empty for a running thread, ``?`` where syscall was unreadable:
+both None) and ``syscall`` its syscall number for the header's ``arch`` (-1: not in a syscall, i.e. a page fault).
+v2 (older raw data) had no pid field (its rows take the header's pid) and followed the step's process only.
+
+v1 (older raw data): the first eight fields of v2, stat and wchan of every thread every sample; its rows have class
+and syscall None.
 
 TABs separate the fields because ``comm`` may contain spaces. The macOS build (libproc) writes the same
-lines; its header adds ``source=libproc majflt=none class=none`` (no per-thread fault count there: majflt is None;
-no syscall: class None).
+lines; its header adds ``source=libproc majflt=none class=none tree=none`` (no per-thread fault count there: majflt
+is None; no syscall: class None).
 
 The header comes first and names the format's version: output of another version (a sampler built from other
 sources) or without the header is refused, never read as another version.
@@ -32,6 +44,7 @@ reference, the reader of anything unusual, and the one that names a malformed li
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any, BinaryIO
@@ -39,10 +52,13 @@ from typing import Any, BinaryIO
 from ._common import header_fields, iter_lines, versioned_header
 from .base import ParseError, register_parser
 
-SAMPLER_VERSION = "v2"  # the version runner/native/sampler.c writes in its header
-READABLE_VERSIONS = ("v1", "v2")  # v1: raw data recorded before the wait classes
+SAMPLER_VERSION = "v3"  # the version runner/native/sampler.c writes in its header
+# v1: raw data recorded before the wait classes; v2: before the process tree (block mode is the same in all three)
+READABLE_VERSIONS = ("v1", "v2", "v3")
 HEADER = "# harness-sampler"
-RECORD_FIELDS = {"v1": 8, "v2": 10}
+RECORD_FIELDS = {"v1": 8, "v2": 10, "v3": 11}
+PROC_LINE, PROC_END_LINE = "# proc ", "# proc_end "
+BLOCK_BYTES = 16 << 20  # process_records reads a capture this much at a time
 # /proc/PID/task/TID/stat state letters (proc(5)); 'I' (idle kernel thread) only on kernel threads.
 STATES = set("RSDZTtXxIWPK")
 STATES_V2 = STATES | {"-"}  # v2: off CPU, stat not read in that sample
@@ -62,7 +78,7 @@ def _int(value: str, name: str, line: int) -> int:
 
 
 def sampler_header(line: str, number: int) -> dict[str, str]:
-    """The fields of a ``# harness-sampler v1|v2 ...`` header line, plus ``version``; ParseError for a header of
+    """The fields of a ``# harness-sampler v1|v2|v3 ...`` header line, plus ``version``; ParseError for a header of
     another version."""
     words = line.split()
     found = words[2] if len(words) > 2 else None
@@ -119,15 +135,16 @@ def thread_records(data: bytes | BinaryIO) -> Iterator[dict[str, Any]]:
         parts = raw.rstrip("\r\n").split("\t")
         if len(parts) != RECORD_FIELDS[version]:
             raise ParseError(f"expected {RECORD_FIELDS[version]} TAB-separated fields, got {len(parts)}", line=number)
+        record_pid = _int(parts.pop(1), "pid", number) if version == "v3" else pid  # v3: the thread's own
         t_ns, tid, state, majflt, utime, stime, comm, wchan = parts[:8]
-        if state not in (STATES_V2 if version == "v2" else STATES):
+        if state not in (STATES if version == "v1" else STATES_V2):
             raise ParseError(f"unknown thread state {state!r}", line=number)
-        # v2 leaves the counters empty where stat was not read; v1 always printed them
-        number_of = _optional_int if version == "v2" else _int
-        cls, nr = _v2_fields(parts, number) if version == "v2" else (None, None)
+        # v2 and v3 leave the counters empty where stat was not read; v1 always printed them
+        number_of = _int if version == "v1" else _optional_int
+        cls, nr = (None, None) if version == "v1" else _v2_fields(parts, number)
         yield {
             "t_ns": _int(t_ns, "t_ns", number),
-            "pid": pid,
+            "pid": record_pid,
             "tid": _int(tid, "tid", number),
             "state": state,
             "majflt": number_of(majflt, "majflt", number) if majflt_known else None,
@@ -141,6 +158,78 @@ def thread_records(data: bytes | BinaryIO) -> Iterator[dict[str, Any]]:
         }
     if not seen_header:
         raise _no_header(None, None)
+
+
+def _proc_fields(raw: str, number: int) -> dict[str, str]:
+    """The fields of a ``# proc`` line: key=value words, then TAB-separated ``comm=`` and ``cmd=`` (which may hold
+    spaces)."""
+    head, *rest = raw.rstrip("\r\n").split("\t")
+    fields = header_fields(head)
+    for part in rest:
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ParseError(f"proc line: expected KEY=VALUE after a TAB, found {part[:40]!r}", line=number)
+        fields[key] = value
+    return fields
+
+
+def _comment_lines(data: bytes | BinaryIO, prefix: bytes) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the lines that start with ``prefix``, found with bytes.find a block at a time: an hour's
+    capture is millions of record lines and a handful of these."""
+    stream = io.BytesIO(data) if isinstance(data, bytes | bytearray | memoryview) else data
+    stream.seek(0)
+    needle, base, rest = b"\n" + prefix, 1, b""  # base: the number of the block's first line
+    while True:
+        block = stream.read(BLOCK_BYTES)
+        text = rest + block
+        cut = len(text) if not block else text.rfind(b"\n") + 1  # whole lines only, all of it at the end
+        lines, rest = text[:cut], text[cut:]
+        hay = b"\n" + lines  # a match at hay[i] is a line that starts at lines[i]
+        pos, line, at = 0, base, hay.find(needle)
+        while at >= 0:
+            line += lines.count(b"\n", pos, at)
+            pos = at
+            end = lines.find(b"\n", at)
+            end = len(lines) if end < 0 else end
+            yield line, lines[at:end].decode("utf-8", errors="replace")
+            at = hay.find(needle, end + 1)
+        base = line + lines.count(b"\n", pos)
+        if not block:
+            return
+
+
+def process_records(data: bytes | BinaryIO) -> list[dict[str, Any]]:
+    """One row per process of the step's tree (v3 ``# proc`` and ``# proc_end`` lines): pid, ppid, comm, cmd, t_ns
+    (= first_ns, the sample that found it), first_ns, last_ns (None: the capture ends before its end line) and
+    gone (True: it exited; False: still there at the stop; None: unknown). v1 and v2 captures have none."""
+    rows: list[dict[str, Any]] = []
+    open_rows: dict[int, dict[str, Any]] = {}  # a pid may be reused by a later process
+    for number, raw in _comment_lines(data, PROC_LINE.rstrip().encode()):
+        if raw.startswith(PROC_LINE):
+            fields = _proc_fields(raw, number)
+            pid = _int(fields.get("pid", ""), "pid", number)
+            first = _int(fields.get("t_ns", ""), "t_ns", number)
+            if pid in open_rows:  # the same process renamed (an exec after it was found): its new comm and cmd
+                open_rows[pid].update(comm=fields.get("comm"), cmd=fields.get("cmd"))
+                continue
+            open_rows[pid] = {"pid": pid, "ppid": _int(fields.get("ppid", ""), "ppid", number) or None,
+                              "comm": fields.get("comm"), "cmd": fields.get("cmd"), "t_ns": first,
+                              "first_ns": first, "last_ns": None, "gone": None}
+            rows.append(open_rows[pid])
+        elif raw.startswith(PROC_END_LINE):
+            fields = header_fields(raw)
+            pid = _int(fields.get("pid", ""), "pid", number)
+            if pid not in open_rows:
+                raise ParseError(f"proc_end of pid {pid} without its '# proc' line", line=number)
+            open_rows.pop(pid).update(last_ns=_int(fields.get("last_ns", ""), "last_ns", number),
+                                      gone=fields.get("gone") == "1")
+    return rows
+
+
+@register_parser("sampler-processes")
+def parse_sampler_processes(data: bytes) -> list[dict[str, Any]]:
+    """The step's process tree as the thread sampler saw it: one row per process."""
+    return process_records(data)
 
 
 @register_parser("sampler-threads")

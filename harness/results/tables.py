@@ -38,12 +38,16 @@ BENCH_SAMPLES = Table("bench_samples", "one llama-bench repetition (llama-bench 
 REQUESTS = Table("requests", "one llama-server request: timings, prefill/decode windows (llama-server step)")
 TOKENS = Table("tokens", "one streamed llama-server message with tokens: arrival time, gap (llama-server step)")
 BLOCKSTAT = Table("blockstat", "one block-device sample with interval rates (blockstat collector)")
-THREADS = Table("threads", "one thread of the step's process at one sample (threads collector)")
+THREADS = Table("threads", "one thread (pid, tid) of the step's process or of a descendant at one sample (threads "
+                "collector)")
+PROCESSES = Table("processes", "one process of the step's tree: pid, ppid, comm, cmd, first and last seen (first_ns, "
+                  "last_ns), gone; source threads or counters: the collector that saw it")
 TELEMETRY = Table("telemetry", "one board sample: load, clocks, temperatures, power (tegrastats, jtop, thermal, "
                                "power, powermetrics collectors; column source)")
 MEMORY = Table("memory", "one memory sample: vmstat, psi or vm_stat counters (column source)")
 IOSTAT = Table("iostat", "one macOS iostat sample of one disk (iostat collector)")
-THREAD_COUNTERS = Table("thread_counters", "one thread of the step's process at one read of its cumulative kernel "
+THREAD_COUNTERS = Table("thread_counters", "one thread (pid, tid) of the step's process or of a descendant at one "
+                                           "read of its cumulative kernel "
                                            "counters (schedstat, stat, taskstats delays), or one read of PSI "
                                            "(kind psi) (counters collector)")
 OFFCPU = Table("offcpu", "one thread of the step's process, one class key (state, syscall, device) at one "
@@ -54,4 +58,4 @@ EQUIVALENCE = Table("equivalence", "one prompt decoded greedily under two sides:
 
 TABLES: dict[str, Table] = {table.name: table for table in (
     RUNS, FIO, READS, BLOCKSTAT, THREADS, FACTS, BENCH, BENCH_SAMPLES, REQUESTS, TOKENS, TELEMETRY, MEMORY, IOSTAT,
-    RECLAIM, THREAD_COUNTERS, OFFCPU, EQUIVALENCE)}
+    RECLAIM, THREAD_COUNTERS, OFFCPU, EQUIVALENCE, PROCESSES)}

@@ -1,4 +1,5 @@
-"""The ``counters`` collector: the kernel's cumulative per-thread counters of the step's main process, read when
+"""The ``counters`` collector: the kernel's cumulative per-thread counters of the step's process and of its
+descendants (found at every read, runner/native/proctree.h; ``tree: false``: the step's process only), read when
 the step spawns it, every ``period_ms`` (default 100) and at the end -- what tells where a thread's wall time went
 (harness/analysis/waits.py turns two reads into run, runqueue, io_wait, thrashing, reclaim, other_sleep).
 
@@ -18,13 +19,15 @@ restored after (runner/delayacct.py; a killed runner is repaired like read_ahead
 
 The file (``counters.txt``; parsed by harness/parsers/counters.py)::
 
-    # harness-counters v1 pid=123 period_ms=100 clock=monotonic clock_ticks_per_s=100 schedstat=yes taskstats=v16 \
-delayacct=on delayacct_switched=yes psi=system
+    # harness-counters v2 pid=123 period_ms=100 clock=monotonic clock_ticks_per_s=100 schedstat=yes taskstats=v16 \
+delayacct=on delayacct_switched=yes psi=system reader=native tree=ppid
     # unavailable taskstats: <why>            (one such line per counter source the kernel did not offer)
-    t<TAB>t_ns<TAB>tid<TAB>run_ns<TAB>runqueue_ns<TAB>timeslices<TAB>utime_ticks<TAB>stime_ticks<TAB>blkio_ticks\
+    # proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS          (a process of the tree, at its first read)
+    t<TAB>t_ns<TAB>pid<TAB>tid<TAB>run_ns<TAB>runqueue_ns<TAB>timeslices<TAB>utime_ticks<TAB>stime_ticks<TAB>blkio_ticks\
 <TAB>nvcsw<TAB>nivcsw<TAB>cpu_delay_ns<TAB>blkio_delay_ns<TAB>swapin_delay_ns<TAB>thrashing_delay_ns\
 <TAB>freepages_delay_ns<TAB>compact_delay_ns<TAB>comm
     p<TAB>t_ns<TAB>memory_some_us<TAB>memory_full_us<TAB>io_some_us<TAB>io_full_us
+    # proc_end pid=P first_ns=F last_ns=L gone=0|1                  (it has gone; gone=0: still there at the end)
     # stop t_ns=... reads=... overruns=... cpu_s=... delayacct_restored=... [sched_taskstats=N sched_proc=N]
 
 ``-`` marks a value the kernel did not give. Files are kept open and re-read with pread (a /proc read is a few
@@ -46,8 +49,9 @@ import time
 
 from runner import delayacct
 from runner.collectors.taskstats import open_taskstats
+from runner.proctree import ProcessTree
 
-VERSION = "v1"
+VERSION = "v2"  # v2: every process of the step's tree, a pid field in every thread line
 STATS = ("cpu_delay_total", "blkio_delay_total", "swapin_delay_total", "thrashing_delay_total",
          "freepages_delay_total", "compact_delay_total")
 PSI_FILES = (("memory", "memory.pressure"), ("io", "io.pressure"))
@@ -125,12 +129,12 @@ def _switches(status):
 
 
 class Counters:
-    """Reads the counters of the step's main process on its own thread; ``start_global`` at the run's start,
+    """Reads the counters of the step's process tree on its own thread; ``start_global`` at the run's start,
     ``follow(pid)`` when the step spawns, ``stop`` at the end."""
 
-    def __init__(self, period_ms, out_path, native=None):
+    def __init__(self, period_ms, out_path, native=None, tree=True):
         self.argv = ["counters"]  # the shape Collectors looks at
-        self.period_s, self.out_path, self.native = period_ms / 1000.0, out_path, native
+        self.period_s, self.out_path, self.native, self.follow_tree = period_ms / 1000.0, out_path, native, tree
         self.stop_event, self.thread, self.error, self.proc, self.out = threading.Event(), None, None, None, None
         self.taskstats, self.switch, self.files, self.psi = None, None, {}, []
         self.reads = self.overruns = 0
@@ -141,8 +145,8 @@ class Counters:
         self.taskstats, self.taskstats_note = open_taskstats()
 
     def follow(self, pid):
-        """The step's main process is there: write the header, read now, then every period on a thread."""
-        self.pid, self.task_dir = pid, "/proc/%d/task" % pid
+        """The step's process is there: write the header, read now, then every period on a thread."""
+        self.pid = pid
         self.psi, psi_name = psi_sources(pid)
         self.with_status = self.taskstats is None
         self.out = open(self.out_path, "w")
@@ -150,6 +154,7 @@ class Counters:
         if self.native:
             self._start_native()
             return
+        self.tree = ProcessTree(pid, self.follow_tree)
         self.thread = threading.Thread(target=self._loop, name="collector-counters", daemon=True)
         self.thread.start()
 
@@ -157,7 +162,8 @@ class Counters:
         """runner/native/bin/counters appends the data lines; this process keeps the header and the stop line."""
         self.out.close()
         argv = [self.native, "--pid", str(self.pid), "--period-ms", str(round(self.period_s * 1000)),
-                "--out", self.out_path] + (["--taskstats"] if self.taskstats is not None else [])
+                "--out", self.out_path] + (["--taskstats"] if self.taskstats is not None else []) \
+            + ([] if self.follow_tree else ["--no-tree"])
         for _resource, path in self.psi:
             argv += ["--psi", path]
         if self.taskstats is not None:
@@ -180,7 +186,8 @@ class Counters:
                   "taskstats=%s" % (("v%d" % self._taskstats_version()) if self.taskstats else "no"),
                   "delayacct=%s" % (switch.get("delayacct") or "unknown"),
                   "delayacct_switched=%s" % ("yes" if switch.get("switched_by_harness") else "no"),
-                  "psi=%s" % psi_name, "reader=%s" % ("native" if self.native else "python")]
+                  "psi=%s" % psi_name, "reader=%s" % ("native" if self.native else "python"),
+                  "tree=%s" % ("ppid" if self.follow_tree else "none")]
         lines = [" ".join(fields)]
         if self.taskstats is None:
             lines.append("# unavailable taskstats: %s" % self.taskstats_note)
@@ -191,29 +198,26 @@ class Counters:
     def _taskstats_version(self):
         return self.taskstats.read([os.getpid()]).get(os.getpid(), {}).get("version", 0)
 
-    def _tids(self):
-        try:
-            return sorted(int(name) for name in os.listdir(self.task_dir))
-        except OSError:
-            return []  # the process is gone
-
-    def _files(self, tids):
-        for gone in set(self.files) - set(tids):
+    def _files(self, listed):
+        """The open files of the threads listed ({pid: tids}): gone ones closed, new ones opened; [(pid, tid)]."""
+        current = {tid: pid for pid, tids in listed.items() for tid in tids}
+        for gone in set(self.files) - set(current):
             self.files.pop(gone).close()
-        for tid in tids:
+        for tid, pid in current.items():
             if tid not in self.files:
                 try:
-                    self.files[tid] = ThreadFiles(self.task_dir, tid, self.with_status)
+                    self.files[tid] = ThreadFiles("/proc/%d/task" % pid, tid, self.with_status)
                 except OSError:
                     continue  # exited since the listing
-        return [tid for tid in tids if tid in self.files]
+        return [(current[tid], tid) for tid in sorted(current) if tid in self.files]
 
     def read_once(self):
         """One read of every thread (and PSI): lines appended to the file."""
-        tids = self._files(self._tids())
+        threads = self._files(self.tree.read(time.monotonic_ns()))
+        tids = [tid for _pid, tid in threads]
         stats = self.taskstats.read(tids) if self.taskstats and tids else {}
-        lines = []
-        for tid in tids:
+        lines, self.tree.lines = self.tree.lines, []  # the processes found and gone
+        for pid, tid in threads:
             got = self.files[tid].read()
             if got is None:
                 continue
@@ -227,8 +231,8 @@ class Counters:
                 switches, delays = _switches(status), ["-"] * len(STATS)
             # stat after comm: field 3 is index 0, so utime (14) is 11, stime (15) 12, blkio ticks (42) 39
             blkio_ticks = stat[39] if len(stat) > 39 else "-"
-            lines.append("t\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" % (
-                (t_ns, tid) + tuple(sched[:3]) + (stat[11], stat[12], blkio_ticks) + tuple(switches)
+            lines.append("t\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" % (
+                (t_ns, pid, tid) + tuple(sched[:3]) + (stat[11], stat[12], blkio_ticks) + tuple(switches)
                 + tuple(delays) + (comm.replace("\t", " "),)))
         if self.psi:
             totals = []
@@ -252,6 +256,8 @@ class Counters:
                 if self.stop_event.wait(max(0.0, due - time.monotonic())):
                     break
             self.read_once()  # the end: deltas cover the whole step
+            self.tree.finish()
+            self.out.write("".join(self.tree.lines))
         except Exception as exc:  # noqa: BLE001 - reported in the run record, never kills the run
             self.error = "counters collector: %r" % exc
         self.cpu_s = time.thread_time() - started_cpu

@@ -1,23 +1,26 @@
-"""The ``offcpu`` collector: exact off-CPU time per thread of the step's main process, from the scheduler's own
+"""The ``offcpu`` collector: exact off-CPU time per thread of the step's process tree, from the scheduler's own
 tracepoints through bpftrace -- the ground truth the counters and the sampler's classes are checked against, and
 an optional collector on boards whose kernel allows eBPF.
 
 bpftrace starts before the step, its probes attached before the step is spawned (it compiles first: 1-2 s idle, 8 s
 seen on a loaded machine), and follows every process the runner forks from then on (``sched_process_fork`` of the
-runner's pid); only the step's main process's threads are written. At ``sched_switch`` a thread leaving the CPU is
-stamped with the time, its state (prev_state: D = uninterruptible, S = interruptible, neither = preempted, still
-runnable) and the syscall it is in, read from its saved user registers (what /proc/PID/syscall reads; the fd of an
-ioctl from its first argument); ``sched_wakeup`` stamps when it became runnable again; when it is switched back in,
-the time blocked (switch out to wake-up) and the time then spent waiting for a CPU are added to its key (process,
-thread, syscall, state, ioctl fd), and at its next switch out the interval is made exact from its
+runner's pid, and of every process forked from those: ``@parent`` maps each child to its parent); the threads of the
+step's process and of its descendants (the processes whose parent chain in ``@parent`` reaches the step's) are
+written, each line with its process's pid, and each process once in a ``# proc`` line when it first shows (bpftrace
+does not trace exits here: there is no ``# proc_end`` line, and ``cmd`` is empty). At ``sched_switch`` a thread
+leaving the CPU is stamped with the time, its state (prev_state: D = uninterruptible, S = interruptible, neither =
+preempted, still runnable) and the syscall it is in, read from its saved user registers (what /proc/PID/syscall
+reads; the fd of an ioctl from its first argument); ``sched_wakeup`` stamps when it became runnable again; when it
+is switched back in, the time blocked (switch out to wake-up) and the time then spent waiting for a CPU are added to
+its key (process, thread, syscall, state, ioctl fd), and at its next switch out the interval is made exact from its
 se.sum_exec_runtime (what its CPU clock reads; see the comment above SCRIPT). Every snapshot also adds the time of
-the threads off CPU at that moment. Everything is summed in kernel maps; every ``period_ms`` and
-at the end, bpftrace prints the cumulative maps (JSON), never a line per event; this module classifies each key into
-the sampler's classes and writes them (``offcpu.txt``, parsed by
-harness/parsers/offcpu.py)::
+the threads off CPU at that moment. Everything is summed in kernel maps; every ``period_ms`` and at the end,
+bpftrace prints the cumulative maps (JSON), never a line per event; this module classifies each key into the
+sampler's classes and writes them (``offcpu.txt``, parsed by harness/parsers/offcpu.py)::
 
-    # harness-offcpu v1 pid=123 period_ms=1000 clock=monotonic arch=x86_64 bpftrace=v0.17.0 tracefs=mounted
-    s<TAB>t_ns<TAB>tid<TAB>class<TAB>state<TAB>syscall<TAB>device<TAB>blocked_ns<TAB>runqueue_ns<TAB>count<TAB>comm
+    # harness-offcpu v2 pid=123 period_ms=1000 clock=monotonic arch=x86_64 bpftrace=v0.17.0 tracefs=mounted
+    # proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=               (a process of the step's tree, first seen)
+    s<TAB>t_ns<TAB>pid<TAB>tid<TAB>class<TAB>state<TAB>syscall<TAB>device<TAB>blocked_ns<TAB>runqueue_ns<TAB>count<TAB>comm
     # stop t_ns=... snapshots=... cpu_s=... tracefs_restored=... lost=N noregs=N unseen=N unwoken=N
 
 Classes: ``fault_io`` (D outside any syscall: a page fault waiting for its page; D in mmap, madvise, mlock*: a
@@ -57,7 +60,7 @@ import time
 
 from runner.util import run_tool
 
-VERSION = "v1"
+VERSION = "v2"  # v2: the step's process tree, a pid field in every line
 TRACEFS = "/sys/kernel/tracing"
 ATTACH_TIMEOUT_S = 60  # bpftrace compiles and loads first: 1-2 s on an idle machine, 8 s seen on a loaded one
 GPU_DEVICES = ("/dev/nvgpu*", "/dev/nvgpu/*", "/dev/nvmap", "/dev/nvidia*", "/dev/dri/*")
@@ -125,7 +128,10 @@ REGS = {
 # context switches cost two map lookups each (@traced, @since).
 SCRIPT = r"""
 BEGIN { printf("attached\n"); }
-tracepoint:sched:sched_process_fork /pid == RUNNER/ { @traced[args->child_pid] = 1; }
+tracepoint:sched:sched_process_fork /pid == RUNNER || @traced[pid]/ {
+  @traced[args->child_pid] = 1;
+  @parent[args->child_pid] = pid;
+}
 tracepoint:sched:sched_switch {
   $ts = nsecs;
   if (@traced[pid]) {
@@ -188,13 +194,13 @@ tracepoint:sched:sched_wakeup /@since[args->pid] > 0/ {
 }
 interval:ms:PERIOD_MS {
   printf("t %lld\n", nsecs); print(@blocked); print(@waited); print(@n); print(@comm);
-  print(@since); print(@woke); print(@why); print(@d); print(@fd); print(@tgid);
+  print(@since); print(@woke); print(@why); print(@d); print(@fd); print(@tgid); print(@parent);
 }
 END {
-  printf("t %lld\n", nsecs); print(@blocked); print(@waited); print(@n); print(@comm); print(@unwoken);
+  printf("t %lld\n", nsecs); print(@blocked); print(@waited); print(@n); print(@comm); print(@parent); print(@unwoken);
   print(@unseen); print(@noregs); clear(@unseen); clear(@unwoken); clear(@noregs); clear(@blocked);
   clear(@waited); clear(@n); clear(@comm); clear(@fd); clear(@since); clear(@woke); clear(@why); clear(@d);
-  clear(@tgid); clear(@traced); clear(@outt); clear(@outrt); clear(@counted);
+  clear(@tgid); clear(@traced); clear(@outt); clear(@outrt); clear(@counted); clear(@parent);
 }
 """
 
@@ -233,6 +239,18 @@ def open_intervals(t_ns, maps):
         before = found.get(key, (0, 0))
         found[key] = (before[0] + asleep, before[1] + waiting)
     return found
+
+
+def tree_of(pid, parents):
+    """The step's process and its descendants: {pid} and every pid whose chain of parents (bpftrace's @parent,
+    child -> parent, thread ids among them) reaches it."""
+    tree, parents = {pid}, {int(child): int(parent) for child, parent in (parents or {}).items()}
+    grown = True
+    while grown:
+        found = {child for child, parent in parents.items() if parent in tree and child not in tree}
+        tree |= found
+        grown = bool(found)
+    return tree
 
 
 def missed_warning(missed):
@@ -292,7 +310,8 @@ def classify(syscall, state, device):
 
 class Offcpu:
     """bpftrace following the runner's children: ``start`` before the step (waits until its probes are attached),
-    ``follow(pid)`` when the step spawns (its threads are the ones written), ``stop`` at the end."""
+    ``follow(pid)`` when the step spawns (its threads and its descendants' are the ones written), ``stop`` at the
+    end."""
 
     def __init__(self, period_ms, out_path, attach_timeout_s=ATTACH_TIMEOUT_S):
         self.argv = ["offcpu"]  # the shape Collectors looks at
@@ -305,6 +324,7 @@ class Offcpu:
         self.missed = dict.fromkeys(MISSED, 0)
         self.names = {number: name for name, number in SYSCALLS[arch()].items()}
         self.devices = {}
+        self.shown = set()  # the processes whose '# proc' line is written
 
     def _mount(self):
         if _tracefs_events() is not None:
@@ -347,7 +367,7 @@ class Offcpu:
             self._unmount()  # at once: a caller that gives up here (a bench, a test) leaves tracefs as it was
 
     def follow(self, pid):
-        """The step's main process: from the next snapshot on, its threads are written."""
+        """The step's process: from the next snapshot on, its threads and its descendants' are written."""
         version = (run_tool(["bpftrace", "--version"])[0] or "").split()
         self.out = open(self.out_path, "w")
         self.out.write("# harness-offcpu %s pid=%d period_ms=%d clock=monotonic arch=%s bpftrace=%s tracefs=%s\n"
@@ -356,19 +376,19 @@ class Offcpu:
         self.out.flush()
         self.pid = pid
 
-    def _device(self, fd):
-        if fd not in self.devices:
+    def _device(self, tgid, fd):
+        if (tgid, fd) not in self.devices:  # each process of the tree has its own fds
             try:
-                self.devices[fd] = os.readlink("/proc/%d/fd/%d" % (self.pid, fd))
+                self.devices[tgid, fd] = os.readlink("/proc/%d/fd/%d" % (tgid, fd))
             except OSError:
-                self.devices[fd] = "?"
-        return self.devices[fd]
+                self.devices[tgid, fd] = "?"
+        return self.devices[tgid, fd]
 
     def _key(self, text):
         """'tgid,tid,syscall,state,fd' -> (tgid, tid, syscall name, state, device)."""
         tgid, tid, why, state, fd = (int(part) for part in text.split(","))
         syscall = {NO_SYSCALL: "none", UNKNOWN: "unknown"}.get(why) or self.names.get(why, "nr%d" % why)
-        return tgid, tid, syscall, STATES.get(state, "other"), self._device(fd) if fd >= 0 else "-"
+        return tgid, tid, syscall, STATES.get(state, "other"), self._device(tgid, fd) if fd >= 0 else "-"
 
     def _write(self, t_ns, maps):
         pid, out = self.pid, self.out
@@ -381,12 +401,18 @@ class Offcpu:
         for key, (asleep, waiting) in open_intervals(t_ns, maps).items():
             blocked_by[key] = blocked_by.get(key, 0) + asleep
             waited[key] = waited.get(key, 0) + waiting
+        parents = maps.get("@parent") or {}
+        tree = tree_of(pid, parents)
         for key, blocked in sorted(blocked_by.items()):
             tgid, tid, syscall, state, device = self._key(key)
-            if tgid != pid:
+            if tgid not in tree:
                 continue  # another child of the runner (a sampler, a tool)
-            lines.append("s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n" % (
-                t_ns, tid, classify(syscall, state, device), state, syscall, device.replace("\t", " "), blocked,
+            if tgid not in self.shown:
+                self.shown.add(tgid)
+                lines.append("# proc t_ns=%d pid=%d ppid=%s\tcomm=%s\tcmd=\n" % (
+                    t_ns, tgid, parents.get(str(tgid), 0), str(comms.get(str(tgid), "?")).replace("\t", " ")))
+            lines.append("s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n" % (
+                t_ns, tgid, tid, classify(syscall, state, device), state, syscall, device.replace("\t", " "), blocked,
                 waited.get(key, 0), counts.get(key, 0), str(comms.get(str(tid), "?")).replace("\t", " ")))
         out.write("".join(lines))
         out.flush()

@@ -1,5 +1,6 @@
 """The collectors of one run: platform collectors and the block sampler start before the step, the thread
-sampler when the step spawns its main process; all stop after the step.
+sampler when the step spawns its first process (it, the counters and offcpu follow that process and its
+descendants); all stop after the step.
 
 A collector that cannot run here is reported with the reason: optional ones are skipped (the run record says
 why), required ones fail the run before the step starts.
@@ -60,6 +61,8 @@ def threads_options(spec):
         options.append("--wchan")
     if not spec.get("gate", True):
         options.append("--no-gate")
+    if not spec.get("tree", True):
+        options.append("--no-tree")  # the step's process only, as before the process tree
     return options
 
 
@@ -91,7 +94,7 @@ class Collectors:
             native = os.path.join(self.native_bin, "counters")  # the C reader where built (Linux), else Python
             use_native = counters.get("reader", "native") == "native" and os.access(native, os.X_OK)
             self.counters = Counters(int(counters.get("period_ms", 100)), os.path.join(self.run_dir, "counters.txt"),
-                                     native if use_native else None)
+                                     native if use_native else None, bool(counters.get("tree", True)))
             self.counters.prepare()
             self.running.append(self.counters)
         self._prepare_offcpu()
@@ -125,13 +128,14 @@ class Collectors:
         self.errors.append("offcpu skipped (optional): %s" % reason)
 
     def on_spawn(self, pid):
+        # each follows the step's first process and its descendants (the processes it starts, found as they appear)
         if self.counters is not None and getattr(self.counters, "pid", None) is None:
-            self.counters.follow(pid)  # like the thread sampler: the step's first (main) process
+            self.counters.follow(pid)
         if self.offcpu is not None and self.offcpu.pid is None:
             self.offcpu.follow(pid)
         spec = self.specs.get("threads")
         if spec is None or self.threads is not None:
-            return  # thread sampling follows the step's first (main) process, like the two above
+            return  # thread sampling follows the step's first process and its tree, like the two above
         self.threads = self._sampler("threads", pid, spec["period_ms"], "threads.txt", threads_options(spec))
         self.threads.start()
         self.running.append(self.threads)

@@ -1,5 +1,5 @@
 """The native sampler (runner/native/sampler) as a collector: block stats of the run's device, and the
-threads of the step's main process."""
+threads of the step's process and its descendants."""
 
 import signal
 import subprocess

@@ -1,17 +1,22 @@
 /*
- * counters: the periodic reads of the counters collector (runner/collectors/counters.py) in C -- per thread of one
- * process, every period: with taskstats, one generic-netlink answer per thread carries everything (schedstat's
+ * counters: the periodic reads of the counters collector (runner/collectors/counters.py) in C -- per thread of the
+ * step's process and of its descendants (v2), every period: with taskstats, one generic-netlink answer per thread carries everything (schedstat's
  * three numbers too: cpu_run_virtual_total, cpu_delay_total and cpu_count are the same kernel fields, filled while
  * delay accounting is on; a thread whose answer lacks them -- delay accounting off -- is read from
  * /proc/PID/task/TID/schedstat instead); without taskstats, /proc/PID/task/TID/schedstat, stat and status. And PSI
  * totals. The Python collector writes the header and the "# stop" line; this program appends the data lines in
  * the format harness/parsers/counters.py reads:
  *
- *   t  t_ns tid run_ns runqueue_ns timeslices utime_ticks stime_ticks blkio_ticks nvcsw nivcsw cpu_delay_ns
+ *   # proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS    (v2: a process of the step's tree, at its first read)
+ *   t  t_ns pid tid run_ns runqueue_ns timeslices utime_ticks stime_ticks blkio_ticks nvcsw nivcsw cpu_delay_ns
  *      blkio_delay_ns swapin_delay_ns thrashing_delay_ns freepages_delay_ns compact_delay_ns comm
  *   p  t_ns memory_some_us memory_full_us io_some_us io_full_us
+ *   # proc_end pid=P first_ns=F last_ns=L gone=0|1        (it has gone; gone=0: still there at the end)
  *
- *   counters --pid PID --period-ms MS --out FILE [--taskstats] [--psi MEMORY_FILE --psi IO_FILE]
+ *   counters --pid PID --period-ms MS --out FILE [--taskstats] [--no-tree] [--psi MEMORY_FILE --psi IO_FILE]
+ *
+ * v2 follows the step's process and its descendants (proctree.h: a /proc scan for new ones at every read; --no-tree:
+ * the step's process only, as v1); the tree is recorded the way the thread sampler records it.
  *
  * Reads now, every period, and once more at SIGTERM/SIGINT (or once its parent, the runner, is gone); then prints "reads=N overruns=N cpu_s=S
  * sched_taskstats=N sched_proc=N" on stdout (the last two: thread reads whose run/runqueue/timeslices came from
@@ -38,7 +43,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proctree.h"
+
 #define MAX_THREADS 4096
+#define MAX_PROCS 256 /* processes of the step's tree followed at once */
 #define BATCH 64 /* threads asked per datagram: their answers always fit the socket's receive buffer */
 #define TASKSTATS_CMD_GET 1
 #define TASKSTATS_CMD_ATTR_PID 1
@@ -61,7 +69,7 @@ static const int DELAY_OFFSETS[] = {24, 40, 56, 336, 320, 360}; /* cpu, blkio, s
 #define FLUSH_NS 1000000000LL
 
 struct thread {
-    long tid;
+    long pid, tid; /* its process (tgid) and itself */
     int schedstat_fd, stat_fd, status_fd; /* with taskstats, schedstat is opened only if an answer lacks it */
     int seen; /* in the latest listing */
     int has_stats;
@@ -76,11 +84,20 @@ static int n_threads;
 static volatile sig_atomic_t stopping;
 static int nl_fd = -1, family_id;
 static uint32_t nl_seq;
-static char task_dir[64];
+/* the step's process and its descendants (proctree.h): each listed on its own; one that has gone is dropped */
+struct proc {
+    long pid, ppid;
+    char task_dir[64], comm[PT_COMM_CAP];
+    int task_dir_fd, listed_threads, reads_since_listing, has_threads;
+    int64_t first_ns, last_ns; /* the first and last reads that listed a thread of it */
+};
+static struct proc procs[MAX_PROCS];
+static int n_procs, follow_tree = 1, proc_fd = -1;
+static struct proctree tree;
 static const char *psi_paths[2];
 static int psi_fds[2] = {-1, -1};
 static int n_psi;
-static int task_dir_fd = -1, listed_threads = -1, reads_since_listing, thread_gone;
+static int thread_gone;
 static int out_fd = -1;
 static char out_buf[OUT_CAP];
 static size_t out_len;
@@ -211,6 +228,7 @@ static int taskstats_open(void) {
 }
 
 static struct thread *find(long tid) {
+    /* tids are unique across processes */
     for (int i = 0; i < n_threads; i++)
         if (threads[i].tid == tid)
             return &threads[i];
@@ -316,9 +334,9 @@ static void taskstats_read(void) {
 
 /* ------------------------------------------------------------------------------------------------------ /proc */
 
-static int open_in(long tid, const char *name) {
-    char path[96];
-    snprintf(path, sizeof path, "%s/%ld/%s", task_dir, tid, name);
+static int open_in(const struct thread *t, const char *name) {
+    char path[128];
+    snprintf(path, sizeof path, "/proc/%ld/task/%ld/%s", t->pid, t->tid, name);
     return open(path, O_RDONLY | O_CLOEXEC);
 }
 
@@ -333,26 +351,27 @@ static void close_thread(struct thread *t) {
 
 /* the thread count of the process: /proc/PID/task's link count is 2 + its threads (an fstat: far cheaper than
  * listing the directory), -1 once it is gone */
-static int thread_count(void) {
+static int thread_count(struct proc *p) {
     struct stat st;
-    if (task_dir_fd < 0)
-        task_dir_fd = open(task_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (task_dir_fd < 0 || fstat(task_dir_fd, &st) != 0)
+    if (p->task_dir_fd < 0)
+        p->task_dir_fd = open(p->task_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (p->task_dir_fd < 0 || fstat(p->task_dir_fd, &st) != 0)
         return -1;
     return (int)st.st_nlink - 2;
 }
 
 /* a thread of the latest listing not yet followed: its /proc files opened (without taskstats; with it, the answer
  * says all), 0 if it exited since the listing */
-static int open_thread(struct thread *t, long tid) {
+static int open_thread(struct thread *t, long pid, long tid) {
     memset(t, 0, sizeof *t);
+    t->pid = pid;
     t->tid = tid;
     t->schedstat_fd = t->stat_fd = t->status_fd = -1;
     if (nl_fd >= 0)
         return 1;
-    t->schedstat_fd = open_in(tid, "schedstat");
-    t->stat_fd = open_in(tid, "stat");
-    t->status_fd = open_in(tid, "status");
+    t->schedstat_fd = open_in(t, "schedstat");
+    t->stat_fd = open_in(t, "stat");
+    t->status_fd = open_in(t, "status");
     if (t->schedstat_fd < 0 || t->stat_fd < 0) {
         close_thread(t);
         return 0;
@@ -360,38 +379,136 @@ static int open_thread(struct thread *t, long tid) {
     return 1;
 }
 
-/* the threads of the process now: new ones opened, gone ones closed -- listed again only when the count changed,
- * a thread was found gone, or every 10th read (a thread that ended while another began keeps the count) */
-static void list_threads(void) {
-    int count = thread_count();
-    if (count == listed_threads && !thread_gone && ++reads_since_listing < 10)
-        return;
-    listed_threads = count;
-    reads_since_listing = 0;
-    thread_gone = 0;
-    DIR *dir = opendir(task_dir);
+/* the threads of process p now: new ones opened, gone ones closed -- listed again only when the count changed,
+ * a thread was found gone, or every 10th read (a thread that ended while another began keeps the count); 0 once
+ * the process has gone (its task directory lists no thread) */
+static int list_threads(struct proc *p, int relist) {
+    int count = thread_count(p);
+    if (count > 0 && count == p->listed_threads && !relist && ++p->reads_since_listing < 10)
+        return p->has_threads;
+    p->listed_threads = count;
+    p->reads_since_listing = 0;
+    DIR *dir = count < 0 ? NULL : opendir(p->task_dir);
     for (int i = 0; i < n_threads; i++)
-        threads[i].seen = 0;
+        if (threads[i].pid == p->pid)
+            threads[i].seen = 0;
     struct dirent *entry;
+    p->has_threads = 0;
     while (dir && (entry = readdir(dir)) != NULL) {
         if (entry->d_name[0] < '0' || entry->d_name[0] > '9')
             continue;
         long tid = atol(entry->d_name);
         struct thread *t = find(tid);
-        if (!t && n_threads < MAX_THREADS && open_thread(&threads[n_threads], tid))
+        if (!t && n_threads < MAX_THREADS && open_thread(&threads[n_threads], p->pid, tid))
             t = &threads[n_threads++];
-        if (t)
+        if (t) {
             t->seen = 1;
+            p->has_threads = 1;
+        }
     }
     if (dir)
         closedir(dir);
     for (int i = 0; i < n_threads;) {
-        if (!threads[i].seen) {
+        if (threads[i].pid == p->pid && !threads[i].seen) {
             close_thread(&threads[i]);
             threads[i] = threads[--n_threads];
         } else {
             i++;
         }
+    }
+    return p->has_threads;
+}
+
+/* "# proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS", as the thread sampler writes it */
+static void put_proc(const struct proc *p, int64_t now) {
+    char cmd[128];
+    size_t n = proc_fd >= 0 ? pt_cmdline(proc_fd, (int)p->pid, cmd, sizeof cmd) : 0;
+    put_str("# proc t_ns=");
+    put_u64((uint64_t)now);
+    put_str(" pid=");
+    put_u64((uint64_t)p->pid);
+    put_str(" ppid=");
+    put_u64((uint64_t)(p->ppid > 0 ? p->ppid : 0));
+    put_str("\tcomm=");
+    put_str(p->comm);
+    put_str("\tcmd=");
+    memcpy(out_buf + out_len, cmd, n);
+    out_len += n;
+    put_comm_eol("");
+}
+
+/* "# proc_end pid=P first_ns=F last_ns=L gone=0|1" */
+static void put_proc_end(const struct proc *p, int gone) {
+    put_str("# proc_end pid=");
+    put_u64((uint64_t)p->pid);
+    put_str(" first_ns=");
+    put_u64((uint64_t)p->first_ns);
+    put_str(" last_ns=");
+    put_u64((uint64_t)p->last_ns);
+    put_str(gone ? " gone=1" : " gone=0");
+    put_comm_eol("");
+}
+
+static int tree_follows(void *ctx, int pid) {
+    (void)ctx;
+    for (int i = 0; i < n_procs; i++)
+        if (procs[i].pid == pid)
+            return 1;
+    return 0;
+}
+
+static void add_proc(long pid, long ppid, const char *comm) {
+    struct proc *p;
+    if (n_procs >= MAX_PROCS)
+        return;
+    p = &procs[n_procs++];
+    memset(p, 0, sizeof *p);
+    p->pid = pid;
+    p->ppid = ppid;
+    p->task_dir_fd = p->listed_threads = -1;
+    snprintf(p->task_dir, sizeof p->task_dir, "/proc/%ld/task", pid);
+    snprintf(p->comm, sizeof p->comm, "%s", comm);
+}
+
+static void tree_found(void *ctx, int pid, int ppid, const char *comm) {
+    (void)ctx;
+    add_proc(pid, ppid, comm);
+}
+
+/* every process of the tree listed (new descendants first found), gone ones written off and dropped */
+static void list_tree(int64_t now) {
+    int relist = thread_gone;
+    thread_gone = 0;
+    if (follow_tree && pt_scan(&tree, tree_follows, tree_found, NULL) < 0)
+        follow_tree = 0; /* out of memory: the processes found so far */
+    for (int i = 0; i < n_procs;) {
+        struct proc *p = &procs[i];
+        int alive = list_threads(p, relist);
+        if (alive && !p->first_ns) {
+            p->first_ns = now;
+            put_proc(p, now);
+        } else if (alive && proc_fd >= 0) {
+            /* its name changed (an exec: found between fork and exec, it was the parent's program): the same
+             * "# proc" line again, whose comm and cmd replace the first */
+            int ppid;
+            char comm[PT_COMM_CAP];
+            if (pt_stat(proc_fd, (int)p->pid, &ppid, comm, sizeof comm) == 0 && strcmp(comm, p->comm)) {
+                memcpy(p->comm, comm, sizeof comm);
+                put_proc(p, now);
+            }
+        }
+        if (alive || !p->first_ns) { /* a process never seen alive is dropped without a line */
+            p->last_ns = alive ? now : p->last_ns;
+            if (alive) {
+                i++;
+                continue;
+            }
+        } else {
+            put_proc_end(p, 1);
+        }
+        if (p->task_dir_fd >= 0)
+            close(p->task_dir_fd);
+        procs[i] = procs[--n_procs];
     }
 }
 
@@ -399,7 +516,7 @@ static void list_threads(void) {
 static int read_schedstat(struct thread *t, unsigned long long v[3]) {
     char buf[256];
     if (t->schedstat_fd < 0)
-        t->schedstat_fd = open_in(t->tid, "schedstat");
+        t->schedstat_fd = open_in(t, "schedstat");
     if (t->schedstat_fd < 0 || read_at0(t->schedstat_fd, buf, sizeof buf) <= 0)
         return 0;
     char *at = buf, *end;
@@ -411,12 +528,14 @@ static int read_schedstat(struct thread *t, unsigned long long v[3]) {
     return 1;
 }
 
-/* "t", t_ns, tid, run_ns, runqueue_ns, timeslices, each followed by a TAB */
-static void put_line_start(int64_t now, long tid, const unsigned long long sched[3]) {
+/* "t", t_ns, pid, tid, run_ns, runqueue_ns, timeslices, each followed by a TAB */
+static void put_line_start(int64_t now, const struct thread *t, const unsigned long long sched[3]) {
     put_str("t\t");
     put_u64((uint64_t)now);
     out_buf[out_len++] = '\t';
-    put_u64((uint64_t)tid);
+    put_u64((uint64_t)t->pid);
+    out_buf[out_len++] = '\t';
+    put_u64((uint64_t)t->tid);
     out_buf[out_len++] = '\t';
     for (int i = 0; i < 3; i++)
         put_field(1, sched[i]);
@@ -441,7 +560,7 @@ static void write_from_taskstats(struct thread *t) {
         now = mono_ns();
         sched_from_proc++;
     }
-    put_line_start(now, t->tid, sched);
+    put_line_start(now, t, sched);
     put_field(1, t->utime_us * clk_tck / 1000000);
     put_field(1, t->stime_us * clk_tck / 1000000);
     put_field(t->has_delay[1] && t->has_delay[2], (t->delays[1] + t->delays[2]) / (1000000000ULL / clk_tck));
@@ -486,7 +605,7 @@ static void write_from_proc(struct thread *t) {
         return;
     int has_status = t->status_fd >= 0 && read_at0(t->status_fd, status, sizeof status) > 0;
     sched_from_proc++;
-    put_line_start(now, t->tid, sched);
+    put_line_start(now, t, sched);
     const char *stat_fields[3] = {fields[11], fields[12], n > 39 ? fields[39] : "-"};
     for (int i = 0; i < 3; i++) {
         put_str(stat_fields[i]);
@@ -522,7 +641,7 @@ static void psi_totals(int i, char *some, char *full) {
 }
 
 static void read_once(void) {
-    list_threads();
+    list_tree(mono_ns());
     if (nl_fd >= 0)
         taskstats_read();
     for (int i = 0; i < n_threads; i++) {
@@ -549,7 +668,8 @@ static void read_once(void) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: counters --pid PID --period-ms MS --out FILE [--taskstats] [--psi FILE --psi FILE]\n");
+    fprintf(stderr, "usage: counters --pid PID --period-ms MS --out FILE [--taskstats] [--no-tree] "
+                    "[--psi FILE --psi FILE]\n");
     exit(2);
 }
 
@@ -560,6 +680,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--taskstats")) {
             want_taskstats = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--no-tree")) {
+            follow_tree = 0;
             continue;
         }
         if (i + 1 >= argc)
@@ -573,7 +697,16 @@ int main(int argc, char **argv) {
     }
     if (pid <= 0 || period_ms <= 0 || !out_path)
         usage();
-    snprintf(task_dir, sizeof task_dir, "/proc/%ld/task", pid);
+    {
+        int ppid = 0;
+        char comm[PT_COMM_CAP] = "";
+        proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (proc_fd >= 0)
+            (void)pt_stat(proc_fd, (int)pid, &ppid, comm, sizeof comm);
+        /* the full /proc listing at least every ~1 s (proctree.h: between, the new pids only) */
+        follow_tree = follow_tree && proc_fd >= 0 && pt_open(&tree, proc_fd, (unsigned)(1000 / period_ms)) == 0;
+        add_proc(pid, ppid, comm);
+    }
     clk_tck = (unsigned long long)sysconf(_SC_CLK_TCK);
     out_fd = open(out_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (out_fd < 0) {
@@ -612,6 +745,9 @@ int main(int argc, char **argv) {
     }
     read_once(); /* the end: deltas cover the whole step */
     reads++;
+    for (int i = 0; i < n_procs; i++)
+        if (procs[i].first_ns)
+            put_proc_end(&procs[i], 0); /* still there at the stop */
     flush_out();
     close(out_fd);
     struct rusage usage;

@@ -1,21 +1,28 @@
 /*
- * sampler — fixed-period, low-overhead sampler of block-device stats or of one process's thread states
- * (harness runner, docs/methodology.md section 5). One mode per process.
+ * sampler — fixed-period, low-overhead sampler of block-device stats or of the thread states of one process and
+ * its descendants (harness runner, docs/methodology.md section 5). One mode per process.
  *
  *   sampler block DEV   [--period-ms 10] [--slice-us 100] [--out FILE] [--root DIR]
- *   sampler threads PID [--period-ms 5]  [--stat-ms 100] [--wchan] [--no-gate] [--slice-us 100] [--out FILE]
- *                       [--root DIR]
+ *   sampler threads PID [--period-ms 5]  [--stat-ms 100] [--wchan] [--no-gate] [--slice-us 100] [--tree-ms 100]
+ *                       [--no-tree] [--out FILE] [--root DIR]
  *
  * --root prefixes the /sys and /proc paths (tests use fake trees). Output (stdout by default) is text, written
  * through one big buffer that is flushed when full and on exit (the header line is flushed at once):
  *
- *   # harness-sampler v2 mode=block dev=vda period_ms=10 slice_us=100 clock=monotonic
+ *   # harness-sampler v3 mode=block dev=vda period_ms=10 slice_us=100 clock=monotonic    (block: as in v1 and v2)
  *   <t_ns> <the fields of /sys/block/DEV/stat, single-space separated, exactly as the kernel printed them>
  *
- *   # harness-sampler v2 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
- *     gate=schedstat slice_us=100 clock=monotonic                     (one line; gate=none with --no-gate)
- *   <t_ns>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
- *       (one line per thread per sample, same t_ns for all threads of a sample, tids ascending)
+ *   # harness-sampler v3 mode=threads pid=123 period_ms=5 clock_ticks_per_s=100 stat_every=20 wchan=0 arch=x86_64
+ *     tree=ppid tree_every=20 gate=schedstat slice_us=100 clock=monotonic
+ *                                            (one line; gate=none with --no-gate; tree=none with --no-tree)
+ *   # proc t_ns=<t> pid=<pid> ppid=<ppid>\tcomm=<comm>\tcmd=<the head of its command line>
+ *                                            a process of the tree, written at its first sample
+ *   <t_ns>\t<pid>\t<tid>\t<state>\t<majflt>\t<utime_ticks>\t<stime_ticks>\t<comm>\t<wchan>\t<class>\t<syscall>
+ *       (one line per thread per sample, same t_ns for all threads of a sample; process by process, tids
+ *       ascending within each; pid is the thread's process, the tgid)
+ *   # proc_end pid=<pid> first_ns=<t> last_ns=<t> gone=1|0
+ *                                            a process that has gone (gone=1; last_ns: its last sample with a record),
+ *                                            or, before the stop line, one still there (gone=0)
  *   # exit t_ns=<t> late_us_p50=<n> late_us_p90=<n> late_us_p99=<n> late_us_max=<n>
  *                                                     threads mode: the process has gone (or is a zombie); exit 0
  *   # stop t_ns=<t> samples=<n> overruns=<n> late_us_p50=<n> late_us_p90=<n> late_us_p99=<n> late_us_max=<n>
@@ -57,7 +64,14 @@
  *            thread; '?' when syscall is unreadable (no ptrace access to the process: stat is then read every
  *            sample).
  *   syscall  the syscall number (-1: not in a syscall), empty for a running thread
- * v1 (older raw data, read by harness/parsers/sampler.py too) had the first eight fields, stat + wchan every sample.
+ * v1 (older raw data, read by harness/parsers/sampler.py too) had the first eight fields, stat + wchan every sample;
+ * v2 had no pid field and followed the step's process only.
+ *
+ * The tree (v3): the step's process and its descendants, found by proctree.h (a process whose parent is followed;
+ * new pids probed after /proc/loadavg's last pid, a full /proc listing at least every ~1 s) every tree_every
+ * samples (--tree-ms / --period-ms, default 100 ms; 0: every sample); each is sampled as the one process of v2 was
+ * (its own task directory, thread list and fds), one after the other at the same instant, and dropped when it has
+ * gone. The sampler exits when every process of the tree has gone (the step's own may exit before a descendant).
  *
  * Scheduling (Linux): a sample is only as good as its instant, and the sampler is itself a thread the scheduler
  * must put on a CPU when its timer fires. At the default slice, while every CPU is busy, EEVDF lets the running
@@ -94,7 +108,8 @@
  *
  * Exit status: 0 stopped or process gone; 1 runtime error (message on stderr); 2 usage error.
  *
- * macOS (#ifdef __APPLE__): threads mode reads libproc (proc_pidinfo PROC_PIDLISTTHREADS, then PROC_PIDTHREADINFO per
+ * macOS (#ifdef __APPLE__): threads mode follows the step's process only (tree=none; libproc's
+ * proc_listchildpids could find children, untested so far) and reads libproc (proc_pidinfo PROC_PIDLISTTHREADS, then PROC_PIDTHREADINFO per
  * thread) and prints the same header and record lines, so one parser reads both. What differs, and why:
  *   header   adds "source=libproc majflt=none" (keys a reader may ignore).
  *   t_ns     CLOCK_UPTIME_RAW: that is Python's time.monotonic on macOS, which the runner stamps the step with
@@ -128,6 +143,7 @@
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include "proctree.h"
 #endif
 #include <time.h>
 #include <unistd.h>
@@ -162,6 +178,8 @@ static long g_stat_every = 1; /* read stat for every thread every this many samp
 static int g_read_wchan;       /* --wchan: read wchan for every thread not running, as v1 did (Linux) */
 static int g_gate = 1;         /* gate syscall reads of parked threads by their schedstat (--no-gate: off) (Linux) */
 static long g_slice_us = 100;  /* the scheduler slice asked for (--slice-us; 0: the kernel's default) (Linux) */
+
+static void (*g_at_stop)(void *); /* threads mode: the tree's processes still there, before the stop line */
 
 static void on_signal(int sig)
 {
@@ -285,7 +303,22 @@ struct threads_ctx {
     size_t cap;
     uint64_t ns_per_tick;
     unsigned since_check, check_every;
+    int ppid, announced;        /* v3's "# proc" line written; macOS follows the step's process only (tree=none) */
+    uint64_t first_ns, last_ns; /* the first and last samples that saw it */
 };
+
+static void mac_proc_end(struct threads_ctx *c, int gone)
+{
+    out_str("# proc_end pid=");
+    out_u64((uint64_t)c->pid);
+    out_str(" first_ns=");
+    out_u64(c->first_ns);
+    out_str(" last_ns=");
+    out_u64(c->last_ns);
+    out_str(gone ? " gone=1\n" : " gone=0\n");
+}
+
+static void mac_finish(void *vctx) { mac_proc_end(vctx, 0); }
 
 static size_t bounded_len(const char *s, size_t cap)
 {
@@ -293,8 +326,8 @@ static size_t bounded_len(const char *s, size_t cap)
     return z ? (size_t)(z - s) : cap;
 }
 
-/* The process's start time and name; -1 with errno when it is gone or unreadable, 1 when it is a zombie. */
-static int proc_identity(int pid, uint64_t *start_us, char *comm, size_t cap)
+/* The process's start time, name and parent; -1 with errno when it is gone or unreadable, 1 when a zombie. */
+static int proc_identity(int pid, uint64_t *start_us, char *comm, size_t cap, int *ppid)
 {
     struct proc_bsdinfo bi;
     const char *name;
@@ -306,6 +339,7 @@ static int proc_identity(int pid, uint64_t *start_us, char *comm, size_t cap)
         return -1;
     }
     *start_us = bi.pbi_start_tvsec * 1000000u + bi.pbi_start_tvusec;
+    *ppid = (int)bi.pbi_ppid;
     name = bi.pbi_name[0] ? bi.pbi_name : bi.pbi_comm; /* pbi_comm is cut at 16 bytes */
     n = bounded_len(name, name == bi.pbi_name ? sizeof bi.pbi_name : sizeof bi.pbi_comm);
     if (n >= cap)
@@ -337,7 +371,7 @@ static char state_letter(int32_t run_state)
 static int same_process(struct threads_ctx *c)
 {
     uint64_t start;
-    return proc_identity(c->pid, &start, c->comm, sizeof c->comm) == 0 && start == c->start_us;
+    return proc_identity(c->pid, &start, c->comm, sizeof c->comm, &c->ppid) == 0 && start == c->start_us;
 }
 
 static int threads_sample(void *vctx, uint64_t t)
@@ -346,17 +380,34 @@ static int threads_sample(void *vctx, uint64_t t)
     size_t n, i;
     int bytes, live = 0;
 
+    if (!c->announced) {
+        c->announced = 1;
+        c->first_ns = t;
+        out_str("# proc t_ns=");
+        out_u64(t);
+        out_str(" pid=");
+        out_u64((uint64_t)c->pid);
+        out_str(" ppid=");
+        out_u64((uint64_t)c->ppid);
+        out_str("\tcomm=");
+        out_str(c->comm);
+        out_str("\tcmd=\n");
+    }
     if (++c->since_check >= c->check_every) {
         c->since_check = 0;
-        if (!same_process(c))
+        if (!same_process(c)) {
+            mac_proc_end(c, 1);
             return SAMPLE_EXIT;
+        }
     }
     for (;;) { /* a full buffer may mean more threads than it holds: grow and list again */
         errno = 0;
         bytes = proc_pidinfo(c->pid, PROC_PIDLISTTHREADS, 0, c->handles, (int)(c->cap * sizeof *c->handles));
         if (bytes <= 0) {
-            if (errno == 0 || errno == ESRCH)
+            if (errno == 0 || errno == ESRCH) {
+                mac_proc_end(c, 1);
                 return SAMPLE_EXIT;
+            }
             fprintf(stderr, "sampler: pid %d: listing threads: %s\n", c->pid, strerror(errno));
             return SAMPLE_ERROR;
         }
@@ -391,6 +442,8 @@ static int threads_sample(void *vctx, uint64_t t)
         }
         out_u64(t);
         out_char('\t');
+        out_u64((uint64_t)c->pid);
+        out_char('\t');
         out_u64(c->handles[i]);
         out_char('\t');
         out_char(state);
@@ -406,8 +459,11 @@ static int threads_sample(void *vctx, uint64_t t)
         out_str("\t\t\t\n"); /* wchan, class, syscall: none on macOS */
     }
     /* nothing readable, or only terminating threads: gone unless the process itself says otherwise */
-    if (live == 0 && !same_process(c))
+    if (live == 0 && !same_process(c)) {
+        mac_proc_end(c, 1);
         return SAMPLE_EXIT;
+    }
+    c->last_ns = t;
     return SAMPLE_OK;
 }
 
@@ -428,7 +484,7 @@ static int open_source(enum mode mode, const char *target, long pid, const char 
     }
     memset(&tctx, 0, sizeof tctx);
     tctx.pid = (int)pid;
-    zombie = proc_identity(tctx.pid, &tctx.start_us, tctx.comm, sizeof tctx.comm);
+    zombie = proc_identity(tctx.pid, &tctx.start_us, tctx.comm, sizeof tctx.comm, &tctx.ppid);
     if (zombie != 0) {
         fprintf(stderr, "sampler: pid %ld: %s\n", pid, zombie > 0 ? "is a zombie" : strerror(errno));
         return 1;
@@ -449,6 +505,7 @@ static int open_source(enum mode mode, const char *target, long pid, const char 
     tctx.check_every = (unsigned)(RESCAN_MS / period_ms > 1 ? RESCAN_MS / period_ms : 1);
     *sample = threads_sample;
     *ctx = &tctx;
+    g_at_stop = mac_finish;
     return 0;
 }
 
@@ -585,7 +642,7 @@ static int block_sample(void *vctx, uint64_t t)
 #define SYS_LINE 192   /* syscall: "NR 0xARG0 ... 0xARG5 0xSP 0xPC\n", at most ~175 bytes */
 #define GATE_AFTER 2   /* identical syscall lines in a row before a thread is read through its schedstat first */
 #define FALLBACK_MS 1000 /* rescan at least this often even when the thread count has not changed */
-#define RECORD_ROOM (24 + 12 + 2 + 3 * 24 + COMM_CAP + 256 + 16 + 24 + 16) /* one record line at most */
+#define RECORD_ROOM (24 + 12 + 12 + 2 + 3 * 24 + COMM_CAP + 256 + 16 + 24 + 16) /* one record line at most */
 
 enum fd_kind_code { FD_FILE, FD_GPU, FD_WAIT, FD_OTHER };
 
@@ -630,7 +687,13 @@ struct task {
     struct fd_kind fds[FD_CACHE];
 };
 
-struct threads_ctx {
+struct threads_ctx { /* one process of the step's tree */
+    int pid, ppid;
+    char pid_txt[12]; /* the pid as printed, cached */
+    size_t pid_len;
+    char comm[PT_COMM_CAP]; /* the process's comm when it was found */
+    uint64_t first_ns, last_ns; /* the first and last samples that saw it */
+    int announced; /* its "# proc" line is written */
     int pid_dirfd; /* /proc/PID, bound to this process even if the pid is reused later */
     DIR *taskdir;  /* /proc/PID/task, kept open: its link count is 2 + the number of threads */
     int count_ok;  /* the link count matched the listing at the last scan (else: rescan every ~100 ms) */
@@ -1077,6 +1140,8 @@ static void write_record(struct threads_ctx *c, struct task *tk, const struct re
     p = g_out.buf + g_out.len;
     p = put(p, c->t_txt, c->t_len);
     *p++ = '\t';
+    p = put(p, c->pid_txt, c->pid_len);
+    *p++ = '\t';
     p = put(p, tk->tid_txt, tk->tid_len);
     *p++ = '\t';
     *p++ = r->state;
@@ -1163,7 +1228,7 @@ static int threads_sample(void *vctx, uint64_t t)
 {
     struct threads_ctx *c = vctx;
     size_t i, k;
-    int live = 0, scanned = 0, full = 0;
+    int live = 0, scanned = 0, full = 0, written = 0;
 
     /* housekeeping every ~100 ms: an fd number can be reused (resolve ioctl/read fds anew), and a changed link
      * count of the task directory (one fstat, ~1/3 of a listing's cost) means threads came or went */
@@ -1193,10 +1258,13 @@ static int threads_sample(void *vctx, uint64_t t)
         if (rc < 0) {
             task_close(tk);
             c->need_scan = 1;
-        } else if (rc == 0 && tk->state != 'Z' && tk->state != 'X') {
-            live++;
+        } else if (rc == 0) {
+            written++;
+            live += tk->state != 'Z' && tk->state != 'X';
         }
     }
+    if (written)
+        c->last_ns = t; /* the last sample with a record of it */
 
     /* drop the threads whose read failed */
     for (i = 0, k = 0; i < c->ntasks; i++)
@@ -1213,11 +1281,176 @@ static int threads_sample(void *vctx, uint64_t t)
     return SAMPLE_OK;
 }
 
+/* ------------------------------------------------------------------------------------------------ the tree */
+
+/* The step's process and its descendants (proctree.h finds them): each a threads_ctx, sampled in turn at the same
+ * instant; a process found is announced by a "# proc" line at its first sample, one that has gone by a
+ * "# proc_end" line (gone=1), and every one still there at the stop by one with gone=0. */
+struct tree_ctx {
+    struct threads_ctx **procs;
+    size_t nprocs, cap;
+    int follow;            /* descendants followed (--no-tree: the step's process only, as v2) */
+    struct proctree pt;
+    unsigned since_tree, tree_every; /* scan for descendants every tree_every samples (--tree-ms) */
+    long period_ms;
+    uint64_t t;            /* the current sample's instant, for processes found during it */
+};
+
+static int g_follow_tree = 1;  /* --no-tree: 0 */
+static long g_tree_ms = RESCAN_MS; /* --tree-ms */
+
+/* /proc/PID opened (dirfd: the pid relative to it, or -1 with path the absolute path) into a new threads_ctx */
+static struct threads_ctx *proc_new(int dirfd, const char *path, int pid, int ppid, const char *comm, long period_ms)
+{
+    struct threads_ctx *c = calloc(1, sizeof *c);
+    char rel[24];
+    if (!c)
+        return NULL;
+    snprintf(rel, sizeof rel, "%d", pid);
+    c->pid_dirfd = dirfd >= 0 ? openat(dirfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                              : open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (c->pid_dirfd < 0) {
+        free(c);
+        return NULL;
+    }
+    c->pid = pid;
+    c->ppid = ppid;
+    c->pid_len = format_u64(c->pid_txt, (uint64_t)pid);
+    snprintf(c->comm, sizeof c->comm, "%s", comm);
+    c->flush_every = (unsigned)(RESCAN_MS / period_ms > 1 ? RESCAN_MS / period_ms : 1);
+    c->scan_every = c->flush_every; /* until the first scan shows the link count can be trusted */
+    c->fallback_every = (unsigned)(FALLBACK_MS / period_ms > 1 ? FALLBACK_MS / period_ms : 1);
+    c->need_scan = 1;
+    return c;
+}
+
+static void proc_free(struct threads_ctx *c)
+{
+    size_t i;
+    for (i = 0; i < c->ntasks; i++)
+        task_close(&c->tasks[i]);
+    if (c->taskdir)
+        closedir(c->taskdir);
+    close(c->pid_dirfd);
+    free(c->tasks);
+    free(c->tids);
+    free(c);
+}
+
+/* "# proc t_ns=T pid=P ppid=Q\tcomm=COMM\tcmd=ARGS": comm and cmd are TAB-separated (they may hold spaces) */
+static void proc_announce(struct threads_ctx *c, uint64_t t)
+{
+    char cmd[128];
+    size_t n = pt_cmdline(c->pid_dirfd, -1, cmd, sizeof cmd);
+    if (!c->announced)
+        c->first_ns = t;
+    c->announced = 1;
+    out_str("# proc t_ns=");
+    out_u64(t);
+    out_str(" pid=");
+    out_u64((uint64_t)c->pid);
+    out_str(" ppid=");
+    out_u64((uint64_t)(c->ppid > 0 ? c->ppid : 0));
+    out_str("\tcomm=");
+    out_str(c->comm);
+    out_str("\tcmd=");
+    out_mem(cmd, n);
+    out_char('\n');
+}
+
+/* "# proc_end pid=P first_ns=F last_ns=L gone=0|1": last_ns is the last sample with a record of it */
+static void proc_end(const struct threads_ctx *c, int gone)
+{
+    out_str("# proc_end pid=");
+    out_u64((uint64_t)c->pid);
+    out_str(" first_ns=");
+    out_u64(c->first_ns);
+    out_str(" last_ns=");
+    out_u64(c->last_ns);
+    out_str(gone ? " gone=1\n" : " gone=0\n");
+}
+
+static int tree_follows(void *vctx, int pid)
+{
+    struct tree_ctx *tr = vctx;
+    size_t i;
+    for (i = 0; i < tr->nprocs; i++)
+        if (tr->procs[i]->pid == pid)
+            return 1;
+    return 0;
+}
+
+static void tree_add(struct tree_ctx *tr, struct threads_ctx *c)
+{
+    if (tr->nprocs == tr->cap) {
+        size_t cap = tr->cap ? tr->cap * 2 : 8;
+        struct threads_ctx **p = realloc(tr->procs, cap * sizeof *p);
+        if (!p) {
+            proc_free(c);
+            return; /* out of memory: this process goes unsampled */
+        }
+        tr->procs = p;
+        tr->cap = cap;
+    }
+    tr->procs[tr->nprocs++] = c;
+}
+
+static void tree_found(void *vctx, int pid, int ppid, const char *comm)
+{
+    struct tree_ctx *tr = vctx;
+    struct threads_ctx *c = proc_new(tr->pt.procfd, NULL, pid, ppid, comm, tr->period_ms);
+    if (c) /* NULL: gone since the listing */
+        tree_add(tr, c);
+}
+
+static int tree_sample(void *vctx, uint64_t t)
+{
+    struct tree_ctx *tr = vctx;
+    size_t i, k;
+    tr->t = t;
+    if (tr->follow && (tr->since_tree++ % tr->tree_every) == 0 && pt_scan(&tr->pt, tree_follows, tree_found, tr) < 0) {
+        fprintf(stderr, "sampler: out of memory\n");
+        return SAMPLE_ERROR;
+    }
+    for (i = 0, k = 0; i < tr->nprocs; i++) {
+        struct threads_ctx *c = tr->procs[i];
+        if (!c->announced)
+            proc_announce(c, t);
+        if (threads_sample(c, t) == SAMPLE_EXIT) {
+            proc_end(c, 1);
+            proc_free(c);
+            continue;
+        }
+        if (c->ntasks && c->tasks[0].tid == c->pid && c->tasks[0].comm_len
+            && (c->tasks[0].comm_len != strlen(c->comm) || memcmp(c->tasks[0].comm, c->comm, c->tasks[0].comm_len))) {
+            /* its main thread's name changed (an exec: found between fork and exec, it was still the parent's
+             * program): the same "# proc" line again, whose comm and cmd replace the first */
+            memcpy(c->comm, c->tasks[0].comm, c->tasks[0].comm_len < PT_COMM_CAP ? c->tasks[0].comm_len
+                                                                                  : PT_COMM_CAP - 1);
+            c->comm[c->tasks[0].comm_len < PT_COMM_CAP ? c->tasks[0].comm_len : PT_COMM_CAP - 1] = '\0';
+            proc_announce(c, t);
+        }
+        tr->procs[k++] = c;
+    }
+    tr->nprocs = k;
+    return k ? SAMPLE_OK : SAMPLE_EXIT; /* the whole tree has gone */
+}
+
+/* at the stop: the processes still there */
+static void tree_finish(void *vctx)
+{
+    struct tree_ctx *tr = vctx;
+    size_t i;
+    for (i = 0; i < tr->nprocs; i++)
+        if (tr->procs[i]->announced)
+            proc_end(tr->procs[i], 0);
+}
+
 static int open_source(enum mode mode, const char *target, long pid, const char *root, long period_ms,
                        sample_fn *sample, void **ctx)
 {
     static struct block_ctx bctx;
-    static struct threads_ctx tctx;
+    static struct tree_ctx tree;
     if (mode == BLOCK) {
         char rel[512];
         snprintf(rel, sizeof rel, "/sys/block/%s/stat", target);
@@ -1230,24 +1463,40 @@ static int open_source(enum mode mode, const char *target, long pid, const char 
         *sample = block_sample;
         *ctx = &bctx;
     } else {
-        char rel[64];
-        char *path;
+        char rel[64], comm[PT_COMM_CAP] = "";
+        char *path, *proc_path;
+        int ppid = 0, procfd;
+        struct threads_ctx *c;
         raise_nofile_limit();
         snprintf(rel, sizeof rel, "/proc/%ld", pid);
         path = path_join(root, rel);
-        memset(&tctx, 0, sizeof tctx);
-        tctx.pid_dirfd = open(path, O_RDONLY | O_DIRECTORY);
-        if (tctx.pid_dirfd < 0) {
+        proc_path = path_join(root, "/proc");
+        procfd = open(proc_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (procfd >= 0)
+            (void)pt_stat(procfd, (int)pid, &ppid, comm, sizeof comm);
+        c = proc_new(-1, path, (int)pid, ppid, comm, period_ms);
+        if (!c) {
             fprintf(stderr, "sampler: %s: %s\n", path, strerror(errno));
             return 1;
         }
         free(path);
-        tctx.flush_every = (unsigned)(RESCAN_MS / period_ms > 1 ? RESCAN_MS / period_ms : 1);
-        tctx.scan_every = tctx.flush_every; /* until the first scan shows the link count can be trusted */
-        tctx.fallback_every = (unsigned)(FALLBACK_MS / period_ms > 1 ? FALLBACK_MS / period_ms : 1);
-        tctx.need_scan = 1;
-        *sample = threads_sample;
-        *ctx = &tctx;
+        memset(&tree, 0, sizeof tree);
+        tree.period_ms = period_ms;
+        tree.tree_every = (unsigned)(g_tree_ms / period_ms > 1 ? g_tree_ms / period_ms : 1);
+        /* the full /proc listing at least every ~1 s (proctree.h: between, the new pids only) */
+        tree.follow = g_follow_tree && procfd >= 0
+                      && pt_open(&tree.pt, procfd, (unsigned)(FALLBACK_MS / period_ms / tree.tree_every)) == 0;
+        if (!tree.follow && procfd >= 0)
+            close(procfd);
+        if (g_follow_tree && !tree.follow) {
+            fprintf(stderr, "sampler: %s: cannot list it (%s): the step's process only\n", proc_path,
+                    strerror(errno));
+        }
+        free(proc_path);
+        tree_add(&tree, c);
+        *sample = tree_sample;
+        *ctx = &tree;
+        g_at_stop = tree_finish;
     }
     return 0;
 }
@@ -1341,8 +1590,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: sampler block DEV   [--period-ms N] [--slice-us N] [--out FILE] [--root DIR]\n"
                "                           (default period 10 ms)\n"
                "       sampler threads PID [--period-ms N] [--stat-ms N] [--wchan] [--no-gate] [--slice-us N]\n"
-               "                           [--out FILE] [--root DIR]\n"
-               "                           (default period 5 ms, stat of every thread every 100 ms)\n"
+               "                           [--tree-ms N] [--no-tree] [--out FILE] [--root DIR]\n"
+               "                           (default period 5 ms, stat of every thread every 100 ms, the\n"
+               "                           process's descendants looked for every 100 ms; --no-tree: not)\n"
                "       --slice-us: the scheduler slice to ask for (default 100; 0: the kernel's default)\n");
 }
 
@@ -1414,6 +1664,12 @@ int main(int argc, char **argv)
             g_gate = 0;
             continue;
         }
+        if (!strcmp(a, "--no-tree")) {
+#ifdef __linux__
+            g_follow_tree = 0;
+#endif
+            continue;
+        }
         nl = strcspn(a, "=");
         if (a[nl] == '=')
             val = a + nl + 1;
@@ -1427,6 +1683,13 @@ int main(int argc, char **argv)
         } else if (!strncmp(a, "--stat-ms", nl) && nl == 9) {
             if (parse_long(val, 0, MAX_PERIOD_MS, &stat_ms))
                 return usage_error("bad --stat-ms (0..3600000)", val);
+        } else if (!strncmp(a, "--tree-ms", nl) && nl == 9) {
+            long tree_ms;
+            if (parse_long(val, 0, MAX_PERIOD_MS, &tree_ms))
+                return usage_error("bad --tree-ms (0..3600000)", val);
+#ifdef __linux__
+            g_tree_ms = tree_ms;
+#endif
         } else if (!strncmp(a, "--slice-us", nl) && nl == 10) {
             if (parse_long(val, 0, 100000, &g_slice_us))
                 return usage_error("bad --slice-us (0..100000)", val);
@@ -1479,7 +1742,7 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN); /* a closed reader shows up as a write error */
 
-    out_str("# harness-sampler v2 mode=");
+    out_str("# harness-sampler v3 mode=");
     if (mode == BLOCK) {
         out_str("block dev=");
         out_str(target);
@@ -1494,12 +1757,18 @@ int main(int argc, char **argv)
         out_str(" clock_ticks_per_s=");
         out_u64((uint64_t)(tck > 0 ? tck : 100));
 #ifdef __APPLE__
-        out_str(" source=libproc majflt=none class=none");
+        out_str(" source=libproc majflt=none class=none tree=none");
 #else
         out_str(" stat_every=");
         out_u64((uint64_t)g_stat_every);
         out_str(g_read_wchan ? " wchan=1 arch=" : " wchan=0 arch=");
         out_str(ARCH);
+        if (((struct tree_ctx *)ctx)->follow) {
+            out_str(" tree=ppid tree_every=");
+            out_u64(((struct tree_ctx *)ctx)->tree_every);
+        } else {
+            out_str(" tree=none");
+        }
         out_str(g_gate ? " gate=schedstat" : " gate=none");
 #endif
     }
@@ -1515,6 +1784,8 @@ int main(int argc, char **argv)
         uint64_t t, after;
         if (g_stop) {
             rc = 0;
+            if (g_at_stop)
+                g_at_stop(ctx);
             out_str("# stop t_ns=");
             out_u64(now_ns());
             out_str(" samples=");
