@@ -19,7 +19,7 @@ def report(result_set: str = typer.Argument(..., metavar="SET", help="set id, un
     from harness.figures.report import render  # matplotlib: loaded only by the commands that draw
 
     path = find_result_set(result_set, results)
-    done = render(path, include_perturbed=include_perturbed)
+    done = render(path, include_perturbed=include_perturbed, verify=True)
     for figure in done.figures:
         console.print(f"figure: {figure}", soft_wrap=True)
     for skipped in done.not_drawn:

@@ -26,8 +26,8 @@ def list_sets(results: Path = ResultsOpt) -> None:
         runs = rs.manifest.get("runs", [])
         ok = sum(1 for r in runs if r.get("status") == "ok")
         status = "complete" if rs.complete else "[yellow]incomplete[/]"
-        table.add_row(path.name, status, rs.manifest["experiment"]["name"], str(len(runs)), str(ok),
-                      str(rs.manifest.get("started")))
+        table.add_row(path.name, status, str((rs.manifest.get("experiment") or {}).get("name")), str(len(runs)),
+                      str(ok), str(rs.manifest.get("started")))
     console.print(table)
 
 
@@ -35,7 +35,7 @@ def show(result_set: str = typer.Argument(..., metavar="SET"), results: Path = R
     """Summary of one result set: status, runs, tables, figures."""
     from harness.figures.report import fio_summary, read_summary
 
-    rs = load_result_set(find_result_set(result_set, results))
+    rs = load_result_set(find_result_set(result_set, results), verify=True)
     m = rs.manifest
     console.print(f"[bold]{rs.path}[/]  status: {'complete' if rs.complete else 'INCOMPLETE'}")
     console.print(f"experiment {m['experiment']['name']}, harness {m['harness']['version']} "
@@ -49,6 +49,7 @@ def show(result_set: str = typer.Argument(..., metavar="SET"), results: Path = R
             console.print(frame_table(frame, title))
     tables = sorted(p.stem for p in (rs.path / "tables").glob("*.parquet"))
     console.print("tables: " + ", ".join(tables))
+    console.print("SHA256SUMS: " + ("verified" if rs.verified else "none (an incomplete or older set): not verified"))
     for figure in sorted((rs.path / "figures").glob("*.png")):
         console.print(f"figure: {figure}")
 

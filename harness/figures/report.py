@@ -48,10 +48,16 @@ def fio_summary(rs: ResultSet) -> pd.DataFrame:
     if fio.empty:
         return pd.DataFrame()
     # only finished runs enter aggregates; a failed or interrupted run's partial output stays in the table
-    ok = usable_runs(runs).assign(cache=cache_label)  # a NOT-cleared "cold" is its own group
+    ok = usable_runs(runs)
+    if ok.empty:  # every fio run failed: their partial rows lack the latency columns (no read completed)
+        return pd.DataFrame()
+    ok = ok.assign(cache=cache_label)  # a NOT-cleared "cold" is its own group
     data = fio.merge(ok[["run_id", "cache"]], on="run_id", how="inner")
+    if data.empty:
+        return pd.DataFrame()
     data["read_mbps"] = data["read_bw_bytes_per_s"] / MB
-    data["p99_ms"] = data["read_clat_p99_ns"] / 1e6
+    # a job with no completed read has no percentiles; fio leaves the column out when no job of the set has one
+    data["p99_ms"] = data.get("read_clat_p99_ns", pd.Series(float("nan"), index=data.index)) / 1e6
     out = data.groupby(["target", "cache", "job_name"]).agg(
         n=("read_mbps", "size"), mbps=("read_mbps", "mean"), sd=("read_mbps", "std"),
         iops=("read_iops", "mean"), p99_ms=("p99_ms", "mean")).reset_index()
@@ -165,10 +171,12 @@ def draw_figures(context: FigureContext, group: str | None = None) -> tuple[list
     return figures, skipped
 
 
-def render(path: Path, manifest: dict[str, Any] | None = None, include_perturbed: bool = False) -> Report:
+def render(path: Path, manifest: dict[str, Any] | None = None, include_perturbed: bool = False,
+           verify: bool = False) -> Report:
     """Draw a set's figures and write its report.md; what was drawn and what was not. Perturbed runs are left out
-    of the summaries and figures unless ``include_perturbed`` (they are listed either way)."""
-    rs = load_result_set(path)
+    of the summaries and figures unless ``include_perturbed`` (they are listed either way). With ``verify`` the set
+    must match its SHA256SUMS first (``harness report``; the campaign draws a set it has just written)."""
+    rs = load_result_set(path, verify=verify)
     marked = rs.table(RUNS.name)  # the Runs section lists perturbed runs as marked, whatever the summaries use
     if include_perturbed:
         rs = ResultSet(rs.path, rs.manifest, {RUNS.name: including_perturbed(marked)})
@@ -212,6 +220,20 @@ def not_cleared_lines(runs: pd.DataFrame) -> list[str]:
         lines.append(f"- **{target}: page cache NOT cleared** in {len(group)} cold run(s), which are not cold-cache "
                      f"numbers: {group['cache_note'].iloc[0].removeprefix('page cache NOT cleared: ')}{seen}")
     return lines + [""] if lines else []
+
+
+def _fio_section(rs: ResultSet, marked: pd.DataFrame) -> str:
+    """The fio ladder table, or why there is none: when every fio run failed, how many and the first error."""
+    summary = fio_summary(rs)
+    if not summary.empty or marked.empty:
+        return _table(summary)
+    fio_runs = marked[marked["step"] == "fio"]
+    if fio_runs.empty or (fio_runs["status"] == "ok").any():
+        return _table(summary)
+    first = fio_runs.iloc[0]
+    error = str(first.get("error") or "no error recorded").strip().splitlines()
+    return (f"**every fio run failed** ({len(fio_runs)} run(s)), so there is no ladder: `{first['run_id']}` "
+            f"{first['status']}: {error[0] if error else 'no error recorded'}")
 
 
 def _table(frame: pd.DataFrame) -> str:
@@ -284,7 +306,7 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
         lines += ["", f"## Change vs the same-session baseline ({manifest.get('baseline') or 'first cell'})", "",
                   _table(changes.drop(columns=["is_baseline"]))]
     lines += ratio_lines(ratios)
-    lines += ["", "## fio ladder", "", _table(fio_summary(rs)), "", "## Read baseline (block-stat accounting)", "",
+    lines += ["", "## fio ladder", "", _fio_section(rs, marked), "", "## Read baseline (block-stat accounting)", "",
               _table(read_summary(rs)), "", "## Figures", ""]
     lines += [f"![{f.stem}](figures/{f.name})" for f in figures]
     if skipped:
