@@ -261,20 +261,27 @@ def perturbed_lines(runs: pd.DataFrame, included: bool = False) -> list[str]:
 _MEASURED = (("foreign CPU", "foreign_cpu_pct"), ("runqueue", "runqueue_pct"), ("steal", "steal_pct"))
 
 
+def header_lines(manifest: dict[str, Any]) -> list[str]:
+    """report.md's first lines. A manifest holds what its campaign knew: a field missing (a set some other tool
+    wrote) reads as None, not as a KeyError that loses the whole report."""
+    experiment, harness = manifest.get("experiment") or {}, manifest.get("harness") or {}
+    return [f"# {manifest['set_id']}", "",
+            f"- experiment: `{experiment.get('name')}` (sha256 {str(experiment.get('sha256'))[:12]})",
+            f"- status: **{manifest.get('status')}**, started {manifest.get('started')}, "
+            f"ended {manifest.get('ended')}",
+            f"- harness {harness.get('version')} ({harness.get('git_revision')}), "
+            f"controller {(manifest.get('controller') or {}).get('host')}", ""]
+
+
 def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path], changes: pd.DataFrame,
                     ratios: pd.DataFrame, skipped: list[str], marked: pd.DataFrame,
                     include_perturbed: bool = False) -> None:
     runs = rs.table(RUNS.name)
-    lines = [f"# {manifest['set_id']}", "",
-             f"- experiment: `{manifest['experiment']['name']}` (sha256 {manifest['experiment']['sha256'][:12]})",
-             f"- status: **{manifest.get('status')}**, started {manifest.get('started')}, "
-             f"ended {manifest.get('ended')}",
-             f"- harness {manifest['harness']['version']} ({manifest['harness'].get('git_revision')}), "
-             f"controller {manifest['controller']['host']}", ""]
+    lines = header_lines(manifest)
     lines += ["## Targets", ""]
     for target in manifest.get("targets", []):
         facts = target.get("facts") or {}
-        lines.append(f"- **{target['name']}** ({target['platform']}): {facts.get('cpu_model')}, "
+        lines.append(f"- **{target.get('name')}** ({target.get('platform')}): {facts.get('cpu_model')}, "
                      f"{facts.get('cpu_count')} CPUs, kernel {facts.get('kernel')}, device "
                      f"{facts.get('block_device')} (read_ahead_kb {facts.get('block_read_ahead_kb')})"
                      + _place_of(target))

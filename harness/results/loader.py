@@ -59,6 +59,21 @@ def read_table(path: Path) -> pd.DataFrame:
         raise unreadable_table(path, exc) from None
 
 
+def check_tables(one: ResultSet) -> list[Path]:
+    """Every table file of the set, each opened as far as its footer (cheap: the data is not read), so a summary
+    that reads only some tables still names a damaged one; the files, in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = sorted((one.path / TABLES_DIR).glob("*.parquet"))
+    for path in files:
+        try:
+            pq.ParquetFile(path).close()
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise unreadable_table(path, exc) from None
+    return files
+
+
 def unreadable_table(path: Path, exc: BaseException) -> ResultSetError:
     """One line for a table file pyarrow or DuckDB cannot read: the file and the reader's first sentence."""
     why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
