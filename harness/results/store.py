@@ -183,11 +183,11 @@ def disk_error(exc: OSError, where: Path) -> ResultSetError:
     set_id = where.name.removesuffix(INCOMPLETE_SUFFIX)
     # pyarrow's errors carry the text but not always the errno
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT) and "No space left on device" not in str(exc):
-        what, file = exc.strerror, exc.filename
-        if what is None:  # pyarrow's: "Failed to open local file '/x/.t.tmp'. Detail: [errno 30] Read-only ..."
-            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            found = re.search(r"file '([^']+)'.*Detail:\s*(?:\[errno \d+\]\s*)?(.+)", text)
-            file, what = found.groups() if found else (None, text)
+        what, file = exc.strerror or (str(exc).strip().splitlines() or [type(exc).__name__])[0], exc.filename
+        # pyarrow's: "Failed to open local file '/x/.t.tmp'. Detail: [errno 30] Read-only file system"
+        found = re.search(r"file '([^']+)'.*Detail:\s*(?:\[errno \d+\]\s*)?(.+)", what)
+        if found:
+            file, what = found.groups()
         return ResultSetError(f"{file or where}: cannot write the result set ({what}); it stays incomplete: make "
                               f"it writable, then finish it with: harness run --resume {set_id}")
     try:
