@@ -262,3 +262,23 @@ def test_a_set_whose_every_fio_run_failed_gets_its_report(tmp_path: Path) -> Non
                       f"{FIO_ERROR}"
     show = cli_in_process("results", "show", SET_ID, "--results", str(results))
     assert show.returncode == 0, show.stdout + show.stderr
+
+
+def test_an_upgraded_set_is_sealed_with_its_own_sha256sums(tmp_path: Path) -> None:
+    """harness results upgrade writes a new set (new tables, new manifest): it gets SHA256SUMS of its own, never
+    the original's (which would name every rewritten file as changed)."""
+    results = tmp_path / "results"
+    old = sealed_set(results)
+    runs_file = old / "tables" / "runs.parquet"
+    pd.read_parquet(runs_file).drop(columns=["variant"]).to_parquet(runs_file, index=False)
+    manifest = json.loads((old / "manifest.json").read_text())
+    (old / "manifest.json").write_text(json.dumps(dict(manifest, schema_version=1)))
+    checksums.write_sums(old)  # a v1 set sealed as v1 (by hand: no v1 harness sealed sets)
+    before = (old / "SHA256SUMS").read_text()
+    done = cli_in_process("results", "upgrade", old.name, "--results", str(results))
+    assert done.returncode == 0, done.stderr
+    new = results / f"{old.name}-v2"
+    assert (new / "SHA256SUMS").read_text() != before and (old / "SHA256SUMS").read_text() == before
+    assert load_result_set(new, verify=True).verified is True
+    gated = cli_in_process("gate", new.name, *GATE, "--results", str(results), "--format", "json")
+    assert gated.returncode == 0, gated.stderr
