@@ -127,6 +127,9 @@ def test_a_manifest_that_is_not_an_object_hides_no_other_set(tmp_path: Path, tex
     assert query.stderr.strip() == f"left out {bad / 'manifest.json'}: {said}"
     line = one_line_exit_2(cli_in_process("results", "show", str(bad)))
     assert line == f"error: {bad / 'manifest.json'}: {said}"
+    if "not an object" in said:  # the one reader of any schema checks the shape too
+        line = one_line_exit_2(cli_in_process("results", "upgrade", str(bad)))
+        assert line.startswith(f"error: {bad / 'manifest.json'}: the manifest is a JSON ") and "not an object" in line
 
 
 # ------------------------------------------------------------------------------------------ SHA256SUMS

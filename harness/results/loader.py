@@ -94,7 +94,7 @@ def load_result_set(path: Path, *, verify: bool = False) -> ResultSet:
     except (ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
         raise ResultSetError(f"{manifest_path}: unreadable manifest ({exc})") from None
     if not isinstance(manifest, dict):
-        raise ResultSetError(f"{manifest_path}: the manifest is a JSON {_json_kind(manifest)}, not an object")
+        raise ResultSetError(f"{manifest_path}: the manifest is a JSON {json_kind(manifest)}, not an object")
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         hint = ("upgrade it with `harness results upgrade`" if isinstance(version, int) and version < SCHEMA_VERSION
@@ -115,7 +115,7 @@ _LISTS_OF_OBJECTS = ("targets", "runs")
 def _check_fields(manifest_path: Path, manifest: dict[str, Any]) -> None:
     def refuse(field_name: str, expected: str, value: Any) -> ResultSetError:
         return ResultSetError(f"{manifest_path}: field {field_name}: expected {expected}, got a JSON "
-                              f"{_json_kind(value)}")
+                              f"{json_kind(value)}")
 
     if not isinstance(manifest.get("set_id"), str):
         raise refuse("set_id", "a string", manifest.get("set_id"))
@@ -131,7 +131,8 @@ def _check_fields(manifest_path: Path, manifest: dict[str, Any]) -> None:
                 raise refuse(f"{name}[{index}]", "an object", item)
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """'object', 'list', 'string', ...: what a JSON value is, in JSON's words."""
     kinds = ((dict, "object"), (list, "list"), (str, "string"), (bool, "boolean"), (int, "number"),
              (float, "number"))
     return "null" if value is None else next((kind for t, kind in kinds if isinstance(value, t)), "value")

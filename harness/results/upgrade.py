@@ -23,6 +23,7 @@ import pandas as pd
 
 from harness.errors import ResultSetError
 from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION, checksums
+from harness.results.loader import json_kind
 from harness.results.tables import RUNS, TABLES_DIR, table_file
 from harness.results.variants import variant_label
 
@@ -52,11 +53,14 @@ def read_manifest(path: Path) -> Manifest:
     that must not)."""
     manifest_path = path / "manifest.json"
     try:
-        return json.loads(manifest_path.read_text())
+        manifest = json.loads(manifest_path.read_text())
     except FileNotFoundError:
         raise ResultSetError(f"{path}: not a result set (no manifest.json)") from None
     except ValueError as exc:
         raise ResultSetError(f"{manifest_path}: unreadable manifest ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise ResultSetError(f"{manifest_path}: the manifest is a JSON {json_kind(manifest)}, not an object")
+    return manifest
 
 
 def pending_steps(path: Path, manifest: Manifest) -> list[int]:
