@@ -285,3 +285,22 @@ def test_an_upgraded_set_is_sealed_with_its_own_sha256sums(tmp_path: Path) -> No
     assert load_result_set(new, verify=True).verified is True
     gated = cli_in_process("gate", new.name, *GATE, "--results", str(results), "--format", "json")
     assert gated.returncode == 0, gated.stderr
+
+
+def test_report_on_a_read_only_set_is_one_line(tmp_path: Path) -> None:
+    """A set on a read-only mount (an archive, a colleague's share): the first figure's OSError was a traceback.
+    Now one line naming the file; the set is read (and verified) but nothing is written."""
+    results = tmp_path / "results"
+    path = sealed_set(results)
+    mounted = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount here (needs root): {mounted.stderr.strip()}")
+    try:
+        remount = subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True, text=True,
+                                 check=False)
+        assert remount.returncode == 0, remount.stderr
+        line = one_line_exit_2(cli_in_process("report", SET_ID, "--results", str(results)))
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+    assert line.startswith(f"error: {path}/figures") and "cannot write the report (Read-only file system)" in line
+    assert not (path / "report.md").exists()
