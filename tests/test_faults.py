@@ -86,6 +86,89 @@ def _set_dir(ctl: Controller) -> Path:
     return wait_for("the result set", lambda: next(ctl.results.glob("*.incomplete"), None), 60)
 
 
+def _finishes_on_resume(results: Path, set_id: str) -> None:
+    """--resume, once the set is writable, ends it complete with every run, sealed (its SHA256SUMS verify)."""
+    done = run_campaign("--resume", set_id, "--results", str(results))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (final,) = list(results.iterdir())
+    rs = load_result_set(final, verify=True)
+    assert rs.complete and rs.verified and len(rs.table("runs")) == 2
+    assert (final / "report.md").exists()
+
+
+def test_an_immutable_set_directory_at_table_time_is_one_line_and_resume_finishes(tmp_path: Path,
+                                                                                  immutable_ok: None) -> None:
+    """chattr +i on the set's own directory just before the tables: the set could neither be renamed nor take its
+    manifest, a PermissionError traceback (exit 1). Now one line, the set stays .incomplete and says so."""
+    release = tmp_path / "go"
+    ctl = Controller(tmp_path, "tables", release=release)
+    set_dir = _set_dir(ctl)
+    _chattr("+i", set_dir)
+    try:
+        release.touch()
+        code, _, err = ctl.stop(None)
+        manifest = json.loads((set_dir / "manifest.json").read_text())
+    finally:
+        _chattr("-i", set_dir)
+    lines = [line for line in err.splitlines() if not line.startswith("paused at")]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"error: {set_dir}: every run is done but the set cannot be renamed") \
+        and "(Operation not permitted)" in lines[0] and f"harness run --resume {manifest['set_id']}" in lines[0]
+    assert set_dir.exists() and manifest["status"] == "incomplete" and not (set_dir / "SHA256SUMS").exists()
+    _finishes_on_resume(ctl.results, manifest["set_id"])
+
+
+def test_a_read_only_results_file_system_at_table_time_is_one_line_and_resume_finishes(
+        tmp_path: Path, small_disk: Path) -> None:
+    """The results file system (a real tmpfs) remounted read-only just before the tables: an OSError traceback
+    from pyarrow (exit 1). Now one line naming the file and EROFS; nothing half-written is left."""
+    release = tmp_path / "go"
+    ctl = Controller(tmp_path, "tables", release=release, results=small_disk / "results")
+    set_dir = _set_dir(ctl)
+    remount = subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True, text=True,
+                             check=False)
+    try:
+        release.touch()
+        code, _, err = ctl.stop(None)
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=False)
+    assert remount.returncode == 0, remount.stderr
+    lines = [line for line in err.splitlines() if not line.startswith("paused at")]
+    assert code == 2 and len(lines) == 1, err
+    manifest = json.loads((set_dir / "manifest.json").read_text())
+    assert lines[0].startswith(f"error: {set_dir}/tables/") and "(Read-only file system)" in lines[0] \
+        and f"harness run --resume {manifest['set_id']}" in lines[0], lines[0]
+    assert manifest["status"] == "incomplete" and not list(set_dir.rglob("*.tmp"))
+    _finishes_on_resume(ctl.results, manifest["set_id"])
+
+
+FIO_FAILS = """\
+name: fiofail
+files:
+  data: {create: 8M}
+rounds: 1
+validity: off
+collect: [blockstat]
+steps:
+  # direct I/O of 1000-byte blocks: EINVAL on the first read, fio exits 1 (tests/data/fio/SOURCE.md)
+  - fio: {file: data, jobs: [{name: odd, bs: 1000, direct: true}], runtime_s: 0.5}
+"""
+
+
+def test_a_campaign_whose_every_fio_run_failed_ends_with_its_report(tmp_path: Path) -> None:
+    """It ended in KeyError: 'read_clat_p99_ns' (a traceback, no summary). Now the set, its report and one line per
+    failed run; exit 1 as for any campaign with failed runs; report.md says every fio run failed and why."""
+    exp = tmp_path / "fiofail.yaml"
+    exp.write_text(FIO_FAILS)
+    done = run_campaign(str(exp), "--results", str(tmp_path / "r"), "--scratch",
+                        str(private_base() / f"scratch-{tmp_path.name}"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    (path,) = list((tmp_path / "r").iterdir())
+    section = (path / "report.md").read_text().split("## fio ladder\n\n", 1)[1].split("\n", 1)[0]
+    assert section.startswith("**every fio run failed** (1 run(s)), so there is no ladder: `0001-fio-cold-r1` "
+                              "failed: fio exited with 1: ") and "Invalid argument" in section, section
+
+
 @pytest.mark.parametrize("victim", ["runner", "fio"])
 def test_a_killed_run_leaves_nothing_reading_while_the_next_run_is_measured(tmp_path: Path, victim: str) -> None:
     """SIGKILL the runner (or fio) mid-run: fio's workers used to go on reading for seconds, re-parented to init,

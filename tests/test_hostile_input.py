@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.yamlsrc import MAX_YAML_DEPTH
 from runner import util
 from tests.helpers import REPO, cli_in_process, private_base, run_campaign
 
@@ -184,3 +185,35 @@ def test_a_huge_matrix_says_how_many_cells_were_asked_for(tmp_path: Path) -> Non
                    "steps:\n  - read: {file: data}\n")
     line = one_line_exit_2(cli_in_process("plan", str(exp)))
     assert "asks for 40000 cells" in line and ":4: matrix" in line
+
+
+@pytest.mark.parametrize("shape", ["flow", "block"])
+def test_yaml_nested_past_the_bound_is_one_line_with_its_line(tmp_path: Path, shape: str) -> None:
+    """600 levels of '[' (or 510 of nested keys): PyYAML composes recursively, so this was a RecursionError
+    traceback. It is refused at the level past the bound, with that level's line."""
+    exp = tmp_path / "deep.yaml"
+    if shape == "flow":
+        exp.write_text("name: deep\nx: " + "[" * 600 + "]" * 600 + "\nsteps:\n  - read: {file: data}\n")
+        line_no = 2
+    else:
+        exp.write_text("name: deep\n" + "".join("  " * i + f"k{i}:\n" for i in range(510)) + "  " * 510 + "v: 1\n")
+        line_no = 1 + MAX_YAML_DEPTH  # the key whose value is the first collection past the bound
+    line = one_line_exit_2(cli_in_process("plan", str(exp)))
+    assert line == (f"error: {exp}:{line_no}: collections nest more than {MAX_YAML_DEPTH} levels deep "
+                    "(an experiment needs about eight)")
+
+
+def test_nesting_within_the_bound_still_parses(tmp_path: Path) -> None:
+    exp = tmp_path / "nested.yaml"
+    depth = MAX_YAML_DEPTH - 2  # the document's mapping and x's list are two levels
+    exp.write_text("name: nested\nfiles:\n  data: {create: 1M}\nx: " + "[" * depth + "]" * depth +
+                   "\nsteps:\n  - read: {file: data}\n")
+    line = one_line_exit_2(cli_in_process("plan", str(exp)))
+    assert "unknown key 'x'" in line and "levels deep" not in line  # parsed whole; only the key is wrong
+
+
+def test_a_nul_byte_is_one_line_with_file_line_and_column(tmp_path: Path) -> None:
+    exp = tmp_path / "nul.yaml"
+    exp.write_bytes(b"name: nul\nfiles:\n  data: {create: 1M}\nsteps:\n  - read: {file: da\x00ta}\n")
+    line = one_line_exit_2(cli_in_process("plan", str(exp)))
+    assert line == (f"error: {exp}:5: a NUL byte at column 20: a YAML file is text without control characters")

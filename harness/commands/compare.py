@@ -12,7 +12,7 @@ import typer
 
 from harness.commands.common import ResultsOpt, console
 from harness.errors import UsageError
-from harness.results.loader import ResultSet, find_result_set, load_result_set
+from harness.results.loader import ResultSet, find_result_set, load_result_set, unverified_note
 
 if TYPE_CHECKING:  # pandas and scipy load when the command runs, not whenever the CLI starts
     from harness.commands.comparison import Pair
@@ -43,8 +43,8 @@ def compare(a: str = typer.Argument(..., metavar="A", help="the baseline set: id
     if (b is None) == (baseline_variant is None):
         raise UsageError("give a second set B, or --baseline-variant NAME to compare the variants of A (not both)")
     chosen = [metric_by_name(name) for name in metric or []]
-    base = load_result_set(find_result_set(a, results))
-    cand = load_result_set(find_result_set(b, results)) if b is not None else base
+    base = load_result_set(find_result_set(a, results), verify=True)
+    cand = load_result_set(find_result_set(b, results), verify=True) if b is not None else base
     metrics = chosen or present_metrics(base, cand)
     if not metrics:
         raise UsageError(f"no metric is in both {base.path} and {cand.path}")
@@ -103,6 +103,8 @@ def _notes(base: ResultSet, cand: ResultSet) -> list[str]:
     for one in [base] if cand is base else [base, cand]:
         if not one.complete:
             notes.append(f"{one.set_id} is incomplete: its missing runs are not compared")
+        elif not one.verified:
+            notes.append(unverified_note(one))
         bad = runs_not_ok(one)
         if not bad.empty:
             notes.append(f"{one.set_id}: {len(bad)} runs not ok are left out ({', '.join(bad['run_id'][:5])}"

@@ -7,7 +7,8 @@ sessions (``--baseline SET2``): the same cell in both sets, flagged as weaker ev
 ``--confirm N`` re-runs the suspected cells (and their baseline) N more interleaved rounds on the same target as
 a new set (:mod:`harness.campaign.confirm`) and decides on both sets' observations.
 
-Exit codes: 0 pass, 1 regression, 2 bad input, 3 infrastructure failure (a set incomplete, a gated run not ok, a
+Exit codes: 0 pass, 1 regression, 2 bad input (also a set that differs from its SHA256SUMS or whose tables cannot
+be read: a damaged set is not a board failure), 3 infrastructure failure (a set incomplete, a gated run not ok, a
 board unreachable or a lease lost during --confirm, anything else that kept the gate from deciding).
 """
 

@@ -1,9 +1,10 @@
 """The decision flow of ``harness gate`` (the command and its exit codes are in :mod:`harness.commands.gate`).
 
-The sets are checked first (complete, the gated runs ok: anything else is an InfrastructureError, exit 3), then the
-metrics and cells (absent or not overlapping: UsageError, exit 2); each pair of cells is decided by
-:func:`harness.analysis.gate.decide`; with ``--confirm N`` the suspected cells are re-run
-(:mod:`harness.campaign.confirm`) and every pair is decided again on both sets' observations.
+The sets are checked first: each against its SHA256SUMS (a run directory deleted or a table changed since the
+campaign, or a table unreadable: ResultSetError, bad input, exit 2), then complete and the gated runs ok (anything
+else is an InfrastructureError, exit 3), then the metrics and cells (absent or not overlapping: UsageError, exit
+2); each pair of cells is decided by :func:`harness.analysis.gate.decide`; with ``--confirm N`` the suspected cells
+are re-run (:mod:`harness.campaign.confirm`) and every pair is decided again on both sets' observations.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from harness.commands.comparison import (
     same_session_pairs,
 )
 from harness.commands.gate_report import GateOutcome
-from harness.errors import InfrastructureError, UsageError
-from harness.results.loader import ResultSet, find_result_set, load_result_set
+from harness.errors import InfrastructureError, ResultSetError, UsageError
+from harness.results.loader import ResultSet, find_result_set, load_result_set, unverified_note
 from harness.results.metrics import Metric
 from harness.results.samples import perturbed_note, runs_not_ok, samples
 
@@ -36,8 +37,9 @@ def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, s
     """The gate's outcome for the set ``name`` (every pair decided, confirmed when asked)."""
     if (baseline_variant is None) == (baseline is None):
         raise UsageError("give --baseline-variant NAME (same session) or --baseline SET2 (another session), one")
-    cand = load_result_set(find_result_set(name, results))
-    base = load_result_set(find_result_set(baseline, results)) if baseline is not None else cand
+    # read for a decision: each set must match its SHA256SUMS (a deleted run, a changed table: bad input, exit 2)
+    cand = load_result_set(find_result_set(name, results), verify=True)
+    base = load_result_set(find_result_set(baseline, results), verify=True) if baseline is not None else cand
     for one in [cand] if base is cand else [cand, base]:
         _check_complete(one)
     found = {spec.metric.name: _gated_samples(cand, spec) for spec in specs}
@@ -51,6 +53,7 @@ def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, s
     if base is not cand:
         outcome.notes.append(CROSS_SESSION_NOTE)
     outcome.notes += [note for one in ([cand] if base is cand else [cand, base]) if (note := perturbed_note(one))]
+    outcome.notes += [unverified_note(one) for one in ([cand] if base is cand else [cand, base]) if not one.verified]
     pairs = _all_pairs(specs, cand, found, base_found, baseline_variant, base)
     outcome.rows = [_row(pair, spec) for pair, spec in pairs]
     suspected = [pair for (pair, _), row in zip(pairs, outcome.rows, strict=True) if row["suspected"]]
@@ -81,6 +84,8 @@ def _gated_samples(one: ResultSet, spec: MetricSpec) -> pd.DataFrame:
     """The metric's samples; absent from a set with runs not ok, that is an infrastructure failure, not bad input."""
     try:
         return metric_samples(one, spec.metric)
+    except ResultSetError:
+        raise  # a damaged table is bad input whatever the runs' status
     except UsageError as exc:
         bad = runs_not_ok(one)
         if bad.empty:

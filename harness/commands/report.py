@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from harness.commands.common import ResultsOpt, console
+from harness.errors import ResultSetError
 from harness.results.loader import find_result_set
 
 
@@ -19,7 +20,11 @@ def report(result_set: str = typer.Argument(..., metavar="SET", help="set id, un
     from harness.figures.report import render  # matplotlib: loaded only by the commands that draw
 
     path = find_result_set(result_set, results)
-    done = render(path, include_perturbed=include_perturbed)
+    try:
+        done = render(path, include_perturbed=include_perturbed, verify=True)
+    except OSError as exc:  # a read-only or immutable set: its tables are intact, only the drawings are not written
+        raise ResultSetError(f"{exc.filename or path}: cannot write the report ({exc.strerror or exc}); the set is "
+                             "unchanged: make it writable and run harness report again") from None
     for figure in done.figures:
         console.print(f"figure: {figure}", soft_wrap=True)
     for skipped in done.not_drawn:

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from harness.commands.common import ResultsOpt, console, err_console, frame_table
 from harness.errors import ResultSetError, UsageError
-from harness.results.loader import find_result_set, list_result_sets, load_result_set
+from harness.results.loader import check_tables, find_result_set, list_result_sets, load_result_set
 
 
 def list_sets(results: Path = ResultsOpt) -> None:
@@ -26,8 +26,8 @@ def list_sets(results: Path = ResultsOpt) -> None:
         runs = rs.manifest.get("runs", [])
         ok = sum(1 for r in runs if r.get("status") == "ok")
         status = "complete" if rs.complete else "[yellow]incomplete[/]"
-        table.add_row(path.name, status, rs.manifest["experiment"]["name"], str(len(runs)), str(ok),
-                      str(rs.manifest.get("started")))
+        table.add_row(path.name, status, str((rs.manifest.get("experiment") or {}).get("name")), str(len(runs)),
+                      str(ok), str(rs.manifest.get("started")))
     console.print(table)
 
 
@@ -35,11 +35,13 @@ def show(result_set: str = typer.Argument(..., metavar="SET"), results: Path = R
     """Summary of one result set: status, runs, tables, figures."""
     from harness.figures.report import fio_summary, read_summary
 
-    rs = load_result_set(find_result_set(result_set, results))
+    rs = load_result_set(find_result_set(result_set, results), verify=True)
+    tables = [p.stem for p in check_tables(rs)]  # a damaged table is named before anything is shown
     m = rs.manifest
     console.print(f"[bold]{rs.path}[/]  status: {'complete' if rs.complete else 'INCOMPLETE'}")
-    console.print(f"experiment {m['experiment']['name']}, harness {m['harness']['version']} "
-                  f"({m['harness'].get('git_revision')}), started {m.get('started')}, ended {m.get('ended')}")
+    experiment, harness = m.get("experiment") or {}, m.get("harness") or {}
+    console.print(f"experiment {experiment.get('name')}, harness {harness.get('version')} "
+                  f"({harness.get('git_revision')}), started {m.get('started')}, ended {m.get('ended')}")
     runs = rs.table("runs")
     if not runs.empty:
         counts = runs.groupby(["target", "step", "cache", "status"]).size().reset_index(name="runs")
@@ -47,8 +49,8 @@ def show(result_set: str = typer.Argument(..., metavar="SET"), results: Path = R
     for frame, title in ((fio_summary(rs), "fio ladder"), (read_summary(rs), "read baseline")):
         if not frame.empty:
             console.print(frame_table(frame, title))
-    tables = sorted(p.stem for p in (rs.path / "tables").glob("*.parquet"))
     console.print("tables: " + ", ".join(tables))
+    console.print("SHA256SUMS: " + ("verified" if rs.verified else "none (an incomplete or older set): not verified"))
     for figure in sorted((rs.path / "figures").glob("*.png")):
         console.print(f"figure: {figure}")
 

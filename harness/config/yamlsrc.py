@@ -17,8 +17,33 @@ from harness.errors import ConfigError
 Loc = tuple[str | int, ...]
 
 
+# How deep collections may nest. An experiment nests about eight levels; PyYAML composes (and the line map walks)
+# a document recursively, so a few hundred levels ended in a RecursionError traceback instead of one line.
+MAX_YAML_DEPTH = 64
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (a silent overwrite hides typos)."""
+    """SafeLoader that refuses duplicate keys (a silent overwrite hides typos) and nesting past MAX_YAML_DEPTH."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _TooDeep(mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class _TooDeep(Exception):
+    """Raised inside the composer (which has no file name); load_yaml turns it into a ConfigError."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
 
 
 # A file this size is far beyond any experiment; above it the file is refused before it is parsed.
@@ -55,10 +80,17 @@ def _line_map(node: yaml.Node, loc: Loc, lines: dict[Loc, int], source: str,
     if id(node) in seen:
         return
     seen.add(id(node))
+    if isinstance(node, yaml.ScalarNode) and "\x00" in node.value:
+        # a "\0" escape: a NUL in a name or path reached os calls as "embedded null byte" (a traceback)
+        raise ConfigError("a NUL character (\\0) in a value: no name, path or option may hold one", file=source,
+                          line=node.start_mark.line + 1, field=_dotted(loc) or None)
     if isinstance(node, yaml.MappingNode):
         seen: set[Any] = set()
         for key_node, value_node in node.value:
             key = key_node.value
+            if isinstance(key, str) and "\x00" in key:
+                raise ConfigError("a NUL character (\\0) in a key", file=source, line=key_node.start_mark.line + 1,
+                                  field=_dotted(loc) or None)
             if key in seen:
                 raise ConfigError(f"duplicate key {key!r}", file=source, line=key_node.start_mark.line + 1,
                                   field=_dotted(loc + (key,)))
@@ -113,6 +145,12 @@ def _max_bytes(source: str) -> int:
         raise ConfigError(f"{MAX_YAML_ENV}={raw!r} is not a number of bytes", file=source) from None
 
 
+def _line_and_column(text: str, position: int) -> tuple[int, int]:
+    """1-based line and column of character ``position`` of ``text``."""
+    before = text[:position]
+    return before.count("\n") + 1, position - (before.rfind("\n") + 1) + 1
+
+
 def load_yaml(path: Path, *, display: str | None = None) -> YamlDoc:
     """Parse ``path``; any problem becomes a one-line ConfigError naming file and line."""
     source = display or str(path)
@@ -129,11 +167,21 @@ def load_yaml(path: Path, *, display: str | None = None) -> YamlDoc:
         raise ConfigError(f"cannot read: {exc}", file=source) from None
     try:
         node = yaml.compose(text, Loader=_Loader)
+    except _TooDeep as exc:
+        raise ConfigError(f"collections nest more than {MAX_YAML_DEPTH} levels deep (an experiment needs about "
+                          "eight)", file=source, line=exc.line) from None
+    except yaml.reader.ReaderError as exc:  # a control character (a NUL byte) anywhere in the file
+        line, column = _line_and_column(text, exc.position)
+        what = "a NUL byte" if exc.character in ("\x00", 0) else f"control character {exc.character!r}"
+        raise ConfigError(f"{what} at column {column}: a YAML file is text without control characters",
+                          file=source, line=line) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         problem = " ".join(str(p) for p in (exc.context, exc.problem) if p)
         raise ConfigError(f"malformed YAML: {problem}", file=source, line=line) from None
+    except yaml.YAMLError as exc:  # anything else PyYAML refuses: still one line
+        raise ConfigError(f"malformed YAML: {exc}".splitlines()[0], file=source) from None
     if node is None:
         raise ConfigError("the file is empty", file=source, line=1)
     expanded = _expanded_size(node, {})

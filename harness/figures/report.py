@@ -49,8 +49,13 @@ def fio_summary(rs: ResultSet) -> pd.DataFrame:
     if fio.empty:
         return pd.DataFrame()
     # only finished runs enter aggregates; a failed or interrupted run's partial output stays in the table
-    ok = usable_runs(runs).assign(cache=cache_label)  # a NOT-cleared "cold" is its own group
+    ok = usable_runs(runs)
+    if ok.empty:  # every fio run failed: their partial rows lack the latency columns (no read completed)
+        return pd.DataFrame()
+    ok = ok.assign(cache=cache_label)  # a NOT-cleared "cold" is its own group
     data = fio.merge(ok[["run_id", "cache"]], on="run_id", how="inner")
+    if data.empty:
+        return pd.DataFrame()
     # a job fio printed no read block or no percentiles for (unified_rw_reporting, gtod_reduce, old fio) has no
     # such column: its cell is empty, not a crash
     data["read_mbps"] = data.get("read_bw_bytes_per_s", float("nan")) / MB
@@ -169,10 +174,12 @@ def draw_figures(context: FigureContext, group: str | None = None) -> tuple[list
     return figures, skipped
 
 
-def render(path: Path, manifest: dict[str, Any] | None = None, include_perturbed: bool = False) -> Report:
+def render(path: Path, manifest: dict[str, Any] | None = None, include_perturbed: bool = False,
+           verify: bool = False) -> Report:
     """Draw a set's figures and write its report.md; what was drawn and what was not. Perturbed runs are left out
-    of the summaries and figures unless ``include_perturbed`` (they are listed either way)."""
-    rs = load_result_set(path)
+    of the summaries and figures unless ``include_perturbed`` (they are listed either way). With ``verify`` the set
+    must match its SHA256SUMS first (``harness report``; the campaign draws a set it has just written)."""
+    rs = load_result_set(path, verify=verify)
     marked = rs.table(RUNS.name)  # the Runs section lists perturbed runs as marked, whatever the summaries use
     if include_perturbed:
         rs = ResultSet(rs.path, rs.manifest, {RUNS.name: including_perturbed(marked)})
@@ -218,6 +225,20 @@ def not_cleared_lines(runs: pd.DataFrame) -> list[str]:
     return lines + [""] if lines else []
 
 
+def _fio_section(rs: ResultSet, marked: pd.DataFrame) -> str:
+    """The fio ladder table, or why there is none: when every fio run failed, how many and the first error."""
+    summary = fio_summary(rs)
+    if not summary.empty or marked.empty:
+        return _table(summary)
+    fio_runs = marked[marked["step"] == "fio"]
+    if fio_runs.empty or (fio_runs["status"] == "ok").any():
+        return _table(summary)
+    first = fio_runs.iloc[0]
+    error = str(first.get("error") or "no error recorded").strip().splitlines()
+    return (f"**every fio run failed** ({len(fio_runs)} run(s)), so there is no ladder: `{first['run_id']}` "
+            f"{first['status']}: {error[0] if error else 'no error recorded'}")
+
+
 def _table(frame: pd.DataFrame) -> str:
     return frame.to_markdown(index=False, floatfmt=".1f") if not frame.empty else "_no data_"
 
@@ -243,20 +264,27 @@ def perturbed_lines(runs: pd.DataFrame, included: bool = False) -> list[str]:
 _MEASURED = (("foreign CPU", "foreign_cpu_pct"), ("runqueue", "runqueue_pct"), ("steal", "steal_pct"))
 
 
+def header_lines(manifest: dict[str, Any]) -> list[str]:
+    """report.md's first lines. A manifest holds what its campaign knew: a field missing (a set some other tool
+    wrote) reads as None, not as a KeyError that loses the whole report."""
+    experiment, harness = manifest.get("experiment") or {}, manifest.get("harness") or {}
+    return [f"# {manifest['set_id']}", "",
+            f"- experiment: `{experiment.get('name')}` (sha256 {str(experiment.get('sha256'))[:12]})",
+            f"- status: **{manifest.get('status')}**, started {manifest.get('started')}, "
+            f"ended {manifest.get('ended')}",
+            f"- harness {harness.get('version')} ({harness.get('git_revision')}), "
+            f"controller {(manifest.get('controller') or {}).get('host')}", ""]
+
+
 def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path], changes: pd.DataFrame,
                     ratios: pd.DataFrame, skipped: list[str], marked: pd.DataFrame,
                     include_perturbed: bool = False) -> None:
     runs = rs.table(RUNS.name)
-    lines = [f"# {manifest['set_id']}", "",
-             f"- experiment: `{manifest['experiment']['name']}` (sha256 {manifest['experiment']['sha256'][:12]})",
-             f"- status: **{manifest.get('status')}**, started {manifest.get('started')}, "
-             f"ended {manifest.get('ended')}",
-             f"- harness {manifest['harness']['version']} ({manifest['harness'].get('git_revision')}), "
-             f"controller {manifest['controller']['host']}", ""]
+    lines = header_lines(manifest)
     lines += ["## Targets", ""]
     for target in manifest.get("targets", []):
         facts = target.get("facts") or {}
-        lines.append(f"- **{target['name']}** ({target['platform']}): {facts.get('cpu_model')}, "
+        lines.append(f"- **{target.get('name')}** ({target.get('platform')}): {facts.get('cpu_model')}, "
                      f"{facts.get('cpu_count')} CPUs, kernel {facts.get('kernel')}, device "
                      f"{facts.get('block_device')} (read_ahead_kb {facts.get('block_read_ahead_kb')})"
                      + _place_of(target))
@@ -289,7 +317,7 @@ def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path]
         lines += ["", f"## Change vs the same-session baseline ({manifest.get('baseline') or 'first cell'})", "",
                   _table(changes.drop(columns=["is_baseline"]))]
     lines += ratio_lines(ratios)
-    lines += ["", "## fio ladder", "", _table(fio_summary(rs)), "", "## Read baseline (block-stat accounting)", "",
+    lines += ["", "## fio ladder", "", _fio_section(rs, marked), "", "## Read baseline (block-stat accounting)", "",
               _table(read_summary(rs)), "", "## Figures", ""]
     lines += [f"![{f.stem}](figures/{f.name})" for f in figures]
     if skipped:

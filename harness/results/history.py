@@ -29,7 +29,7 @@ import duckdb
 import pandas as pd
 
 from harness.errors import ResultSetError, UsageError
-from harness.results.loader import ResultSet, list_result_sets, load_result_set
+from harness.results.loader import ResultSet, list_result_sets, load_result_set, unreadable_table
 from harness.results.metrics import Metric
 from harness.results.tables import TABLES_DIR
 
@@ -125,8 +125,26 @@ def open_history(sets: Sequence[Path] | None = None, results_dir: Path = Path("r
     wanted = set(files) if for_query is None else set(tables_named(for_query, files))
     for table, paths in files.items():
         if table in wanted:
-            con.execute(_table_view(table, paths))
+            try:
+                con.execute(_table_view(table, paths))
+            except duckdb.Error as exc:  # a file of the table is truncated or not parquet: name it
+                raise damaged(paths, exc) from None
     return con
+
+
+def damaged(paths: Sequence[str], exc: BaseException) -> UsageError:
+    """The one line for a DuckDB error reading these parquet files: the first file pyarrow cannot read either (its
+    footer: cheap, and only looked at once DuckDB failed), else DuckDB's first line."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for path in paths:
+        try:
+            pq.ParquetFile(path).close()
+        except (OSError, ValueError, pa.ArrowException) as bad:
+            return unreadable_table(Path(path), bad)
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return UsageError(f"reading the history's tables failed: {first}")
 
 
 def tables_named(sql: str, names: Iterable[str]) -> list[str]:
@@ -186,9 +204,13 @@ def metric_by_set(con: duckdb.DuckDBPyConnection, metric: Metric, cell: str, tar
         raise UsageError(f"metric {metric.name}: no set in the history has a {table} table with "
                          f"{', '.join(missing)}")
     picked = ", ".join(f"m.{_identifier(c)}" for c in dict.fromkeys((*metric.needs, metric.test)) if c)
-    frame = con.execute(f"SELECT m.set_id, m.started, m.harness_rev, {picked} FROM {_identifier(table)} m "
-                        "JOIN runs r USING (set_id, target, run_id) "
-                        "WHERE r.variant = ? AND r.target = ? AND r.status = 'ok'", [cell, target]).df()
+    try:
+        frame = con.execute(f"SELECT m.set_id, m.started, m.harness_rev, {picked} FROM {_identifier(table)} m "
+                            "JOIN runs r USING (set_id, target, run_id) "
+                            "WHERE r.variant = ? AND r.target = ? AND r.status = 'ok'", [cell, target]).df()
+    except duckdb.Error as exc:  # a table file whose footer read but whose data does not
+        files = [path for (path,) in con.execute(f"SELECT {_FILE_COLUMN} FROM {_FILES}").fetchall()]
+        raise damaged(files, exc) from None
     frame["value"] = metric.observations(frame).to_numpy() if not frame.empty else []
     frame["harness_rev"] = frame["harness_rev"].fillna("")  # a set written outside a git checkout has none
     keys = ["set_id", "started", "harness_rev"] + (["test"] if metric.test else [])

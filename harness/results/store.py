@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import threading
@@ -23,7 +24,7 @@ from typing import Any
 
 from harness import __version__
 from harness.errors import ResultSetError
-from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION
+from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION, checksums
 
 
 def new_set_id(experiment_name: str, experiment_text: str, when: dt.datetime | None = None) -> str:
@@ -148,34 +149,53 @@ class ResultSetWriter:
     def finish(self, *, complete: bool) -> Path:
         """End the set. A complete set is renamed to its final name first and says ``complete`` only once the
         rename succeeded: a results directory that refuses the rename (read-only, immutable) leaves a set that
-        says ``incomplete`` and that ``--resume`` finishes."""
+        says ``incomplete`` and that ``--resume`` finishes. A complete set then gets its SHA256SUMS
+        (:mod:`harness.results.checksums`), over the manifest as it ends."""
         self.manifest["ended"] = _iso_now()
         if complete and self.path != self.final_path:
             try:
                 os.replace(self.path, self.final_path)
             except OSError as exc:
                 self.manifest["status"] = "incomplete"
-                self.save()
+                try:
+                    self.save()
+                except (OSError, ResultSetError):
+                    pass  # an immutable set refuses its manifest too; the one on disk already says incomplete
                 raise ResultSetError(f"{self.path}: every run is done but the set cannot be renamed to "
-                                     f"{self.final_path.name} ({exc.strerror}); fix the results directory, then "
-                                     f"finish it with: harness run --resume {self.set_id}") from None
+                                     f"{self.final_path.name} ({exc.strerror}); make the results directory and "
+                                     f"the set writable, then finish it with: harness run --resume "
+                                     f"{self.set_id}") from None
             self.path = self.final_path
         self.manifest["status"] = "complete" if complete else "incomplete"
         self.save()
+        if complete:
+            try:
+                checksums.write_sums(self.path)
+            except OSError as exc:
+                raise disk_error(exc, self.path) from None
         return self.path
 
 
-def disk_error(exc: OSError, where: Path) -> Exception:
-    """ENOSPC (and EDQUOT) as one line with the free space; other OS errors unchanged."""
+def disk_error(exc: OSError, where: Path) -> ResultSetError:
+    """A set that cannot be written as one line: ENOSPC (and EDQUOT) with the free space; any other error (a
+    read-only file system, an immutable set directory) with the file and the reason. Either way the set keeps
+    its last manifest, which says incomplete, and ``--resume`` finishes it once the disk is fixed."""
+    set_id = where.name.removesuffix(INCOMPLETE_SUFFIX)
     # pyarrow's errors carry the text but not always the errno
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT) and "No space left on device" not in str(exc):
-        return exc
+        what, file = exc.strerror or (str(exc).strip().splitlines() or [type(exc).__name__])[0], exc.filename
+        # pyarrow's: "Failed to open local file '/x/.t.tmp'. Detail: [errno 30] Read-only file system"
+        found = re.search(r"file '([^']+)'.*Detail:\s*(?:\[errno \d+\]\s*)?(.+)", what)
+        if found:
+            file, what = found.groups()
+        return ResultSetError(f"{file or where}: cannot write the result set ({what}); it stays incomplete: make "
+                              f"it writable, then finish it with: harness run --resume {set_id}")
     try:
         free = shutil.disk_usage(where).free
     except OSError:
         free = 0
     return ResultSetError(f"results disk full: {free / 1e6:.0f} MB free on {where}; free some space, then finish "
-                          f"the set with: harness run --resume {where.name.removesuffix(INCOMPLETE_SUFFIX)}")
+                          f"the set with: harness run --resume {set_id}")
 
 
 def _iso_now() -> str:

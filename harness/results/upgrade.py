@@ -22,7 +22,8 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import ResultSetError
-from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION
+from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION, checksums
+from harness.results.loader import json_kind
 from harness.results.tables import RUNS, TABLES_DIR, table_file
 from harness.results.variants import variant_label
 
@@ -52,11 +53,14 @@ def read_manifest(path: Path) -> Manifest:
     that must not)."""
     manifest_path = path / "manifest.json"
     try:
-        return json.loads(manifest_path.read_text())
+        manifest = json.loads(manifest_path.read_text())
     except FileNotFoundError:
         raise ResultSetError(f"{path}: not a result set (no manifest.json)") from None
     except ValueError as exc:
         raise ResultSetError(f"{manifest_path}: unreadable manifest ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise ResultSetError(f"{manifest_path}: the manifest is a JSON {json_kind(manifest)}, not an object")
+    return manifest
 
 
 def pending_steps(path: Path, manifest: Manifest) -> list[int]:
@@ -98,6 +102,8 @@ def upgrade_set(path: Path, results_dir: Path | None = None) -> Path | None:
         old = {"set_id": manifest["set_id"], "schema_version": manifest["schema_version"]}
         manifest.update(schema_version=SCHEMA_VERSION, set_id=new_id, upgraded_from=old)
         (work / "manifest.json").write_text(json.dumps(manifest, indent=1, default=str) + "\n")
+        if manifest.get("status") == "complete" and not suffix:
+            checksums.write_sums(work)  # its own, over its new tables and manifest
         os.replace(work, final)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
@@ -106,11 +112,12 @@ def upgrade_set(path: Path, results_dir: Path | None = None) -> Path | None:
 
 
 def _copy_set(source: Path, target: Path) -> None:
-    """Everything but the manifest: raw/ as hard links (falling back to copies), the rest as copies (tables are
-    rewritten, figures and the report stay the original's until ``harness report`` draws them again)."""
+    """Everything but the manifest and the set's SHA256SUMS (the new set gets its own): raw/ as hard links (falling
+    back to copies), the rest as copies (tables are rewritten, figures and the report stay the original's until
+    ``harness report`` draws them again)."""
     target.mkdir(parents=True)
     for entry in sorted(source.iterdir()):
-        if entry.name == "manifest.json":
+        if entry.name in ("manifest.json", checksums.SUMS_FILE):
             continue
         if entry.is_dir():
             shutil.copytree(entry, target / entry.name, symlinks=True,
