@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +51,37 @@ def engine_files(ctx: CampaignContext) -> set[str]:
 
 def check_gguf(ctx: CampaignContext, session: TargetSession, name: str, path: str) -> None:
     head = session.transport.run(["head", "-c", "4", path])
-    if head.stdout != b"GGUF":
-        raise ctx.file_error(name, f"{path} is not a GGUF file (it starts with {head.stdout[:4]!r}); "
+    _check_magic(ctx, name, path, head.stdout)
+
+
+def _check_magic(ctx: CampaignContext, name: str, path: str, head: bytes) -> None:
+    if head != b"GGUF":
+        raise ctx.file_error(name, f"{path} is not a GGUF file (it starts with {head[:4]!r}); "
                                    "llama.cpp steps need a .gguf model")
+
+
+def check_local_models(ctx: CampaignContext, target: str) -> None:
+    """Before an engine is built for a target that shares the controller's files: every model given by path is a
+    readable regular file that starts as a GGUF file. A build takes minutes; a wrong model path is bad input to
+    be told at once, not after the build (the full check on each target follows in preflight)."""
+    for name, spec in ctx.experiment.named_files().items():
+        if spec.path is None or name not in engine_files(ctx):
+            continue
+        path = str(spec.path)
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise ctx.file_error(name, f"{path} does not exist on target {target}") from None
+        except OSError as exc:
+            raise ctx.file_error(name, f"{path}: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):  # never open a FIFO (it would block) or a device here
+            continue  # check_regular_file names what it is, on the target, in preflight
+        try:
+            with open(path, "rb") as model:
+                head = model.read(4)
+        except OSError as exc:
+            raise ctx.file_error(name, f"{path}: {exc.strerror}") from None
+        _check_magic(ctx, name, path, head)
 
 
 # What a path is on the target (symlinks followed), through its POSIX shell like shell_file_size: test(1) says the

@@ -86,7 +86,9 @@ def prepare_engines_and_models(ctx: CampaignContext) -> None:
     dropped = drop_unavailable(ctx.engine_specs, ctx.progress.message)
     if dropped:  # before the set exists: the manifest's plan and every table simply lack those runs
         ctx.plan.runs = [run for run in ctx.plan.runs if not STEPS[run.step].engines_used(run.cell.config) & dropped]
-    if ctx.engine_specs and any(kind_of(t).shares_controller_files for t in ctx.targets):
+    local = [t.name for t in ctx.targets if kind_of(t).shares_controller_files]
+    if ctx.engine_specs and local:
+        files.check_local_models(ctx, local[0])  # a wrong model is told before a build of minutes, not after it
         ctx.builds = build_engines(ctx.engine_specs, ctx.plan.experiment.path.parent, ctx.progress.message)
     for name, spec in ctx.experiment.named_files().items():
         if spec.synth is not None:
