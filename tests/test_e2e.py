@@ -147,6 +147,7 @@ def test_failing_step_is_recorded_and_campaign_goes_on(tmp_path: Path) -> None:
     exp = tmp_path / "bad.yaml"
     exp.write_text("""\
 name: badjob
+fio: {allow_exec: true}   # past the read allow-list, so fio itself meets the unknown option at run time
 files:
   data: {create: 8M}
 steps:
