@@ -292,6 +292,18 @@ static void sleep_until(uint64_t t)
 #endif
 }
 
+/* "# proc_end pid=P first_ns=F last_ns=L gone=0|1": last_ns is the last sample with a record of it (both builds) */
+static void write_proc_end(long pid, uint64_t first_ns, uint64_t last_ns, int gone)
+{
+    out_str("# proc_end pid=");
+    out_u64((uint64_t)pid);
+    out_str(" first_ns=");
+    out_u64(first_ns);
+    out_str(" last_ns=");
+    out_u64(last_ns);
+    out_str(gone ? " gone=1\n" : " gone=0\n");
+}
+
 #ifdef __APPLE__
 /* ------------------------------------------------------------------------------------------------ macOS (libproc) */
 
@@ -307,16 +319,7 @@ struct threads_ctx {
     uint64_t first_ns, last_ns; /* the first and last samples that saw it */
 };
 
-static void mac_proc_end(struct threads_ctx *c, int gone)
-{
-    out_str("# proc_end pid=");
-    out_u64((uint64_t)c->pid);
-    out_str(" first_ns=");
-    out_u64(c->first_ns);
-    out_str(" last_ns=");
-    out_u64(c->last_ns);
-    out_str(gone ? " gone=1\n" : " gone=0\n");
-}
+static void mac_proc_end(struct threads_ctx *c, int gone) { write_proc_end(c->pid, c->first_ns, c->last_ns, gone); }
 
 static void mac_finish(void *vctx) { mac_proc_end(vctx, 0); }
 
@@ -1358,17 +1361,7 @@ static void proc_announce(struct threads_ctx *c, uint64_t t)
     out_char('\n');
 }
 
-/* "# proc_end pid=P first_ns=F last_ns=L gone=0|1": last_ns is the last sample with a record of it */
-static void proc_end(const struct threads_ctx *c, int gone)
-{
-    out_str("# proc_end pid=");
-    out_u64((uint64_t)c->pid);
-    out_str(" first_ns=");
-    out_u64(c->first_ns);
-    out_str(" last_ns=");
-    out_u64(c->last_ns);
-    out_str(gone ? " gone=1\n" : " gone=0\n");
-}
+static void proc_end(const struct threads_ctx *c, int gone) { write_proc_end(c->pid, c->first_ns, c->last_ns, gone); }
 
 static int tree_follows(void *vctx, int pid)
 {
