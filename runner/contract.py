@@ -15,6 +15,13 @@ from typing import Any, Dict, List, Optional, TypedDict, Union
 
 CONTRACT_VERSION = "1.2"  # 1.1: run.json "interference"; 1.2: "left_running_stopped"
 
+# What "cold" and "warm" mean, on both sides of the contract: the runner prepares and verifies the page cache to
+# these bounds (runner/pagecache.py), the controller judges each request's residency by the same ones
+# (``cold_reached``/``warm_reached`` in harness/steps/requests.py). Here because the runner imports nothing from
+# the controller and this module is the one both already share.
+COLD_MAX_PCT = 1.0  # cold: at most 1 % of the model resident
+WARM_MIN_PCT = 99.0  # warm: at least 99 %
+
 _DOCUMENTS = {"runner": "run spec", "controller": "run record"}  # what each reader reads
 
 

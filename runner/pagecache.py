@@ -9,10 +9,8 @@ import json
 import subprocess
 import time
 
+from runner.contract import COLD_MAX_PCT, WARM_MIN_PCT  # noqa: F401  (steps and tests read them from here too)
 from runner.probes import macos, platforms
-
-COLD_MAX_PCT = 1.0
-WARM_MIN_PCT = 99.0
 
 
 class CacheStateError(Exception):

@@ -213,3 +213,21 @@ def test_prompt_rows_from_a_real_progress_log(tmp_path: Path) -> None:
     assert row["decode_tokens"] == 3 and row["decode_s"] == pytest.approx(2.0)
     # the device moved twice what the engine says it read, per decoded token
     assert row["decode_dev_to_engine_read_ratio"] == pytest.approx(2.0, rel=1e-3)
+
+
+@pytest.mark.parametrize(("residency", "reached"), [(99.5, True), (60.0, False), (None, False)])
+def test_warm_prompt_rows_say_whether_warm_was_reached(tmp_path: Path, residency: float | None,
+                                                        reached: bool) -> None:
+    """A warm bmoe prompt is judged as a warm llama-server request: at least 99 % of the model resident before
+    it (under a memory budget earlier prompts may have pushed part of it out); no residency: not reached."""
+    from harness.steps.bmoe import BmoeStep
+    from harness.steps.llamacpp import request_row
+
+    log = (REPO / "tests" / "data" / "bmoe" / "format-sample-progress.log").read_bytes()
+    (tmp_path / "bmoe-0.stdout").write_bytes(log)
+    record = {"index": 0, "prompt_index": 0, "repeat": 0, "cache": "warm", "n_predict": 4,
+              "residency_before_pct": residency, "stdout": "bmoe-0.stdout", "stderr": "bmoe-0.stderr", "marks": {}}
+    (tmp_path / "bmoe.jsonl").write_text(json.dumps(record) + "\n")
+    (row,) = BmoeStep().ingest(tmp_path, {})["requests"]
+    assert row["warm_reached"] is reached and "cold_reached" not in row
+    assert request_row(record)["warm_reached"] is reached  # one rule for both engines

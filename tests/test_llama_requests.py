@@ -259,3 +259,18 @@ def test_token_count_follows_the_servers_running_count() -> None:
     # builds without tokens_predicted: token ids, else one per message with text
     assert _running_count({"tokens": [1, 2]}, 3) == 5 and _running_count({"content": "x"}, 3) == 4
     assert _running_count({"content": "", "stop": True}, 3) == 3
+
+
+def test_cold_and_warm_bounds_are_the_runners() -> None:
+    """The controller judges a request's residency by the bounds the runner prepared the cache to: one definition
+    (runner/contract.py), so the two cannot drift apart."""
+    from harness.steps.llamacpp import request_row
+    from runner import contract, pagecache
+
+    assert (pagecache.COLD_MAX_PCT, pagecache.WARM_MIN_PCT) == (contract.COLD_MAX_PCT, contract.WARM_MIN_PCT)
+    at_bound = {"index": 0, "residency_before_pct": contract.COLD_MAX_PCT}
+    assert request_row({**at_bound, "cache": "cold"})["cold_reached"] is True
+    assert request_row({**at_bound, "cache": "cold", "residency_before_pct": contract.COLD_MAX_PCT + 0.1}
+                       )["cold_reached"] is False
+    assert request_row({"index": 0, "cache": "warm", "residency_before_pct": contract.WARM_MIN_PCT}
+                       )["warm_reached"] is True

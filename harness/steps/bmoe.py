@@ -30,7 +30,16 @@ from harness.config.validate import StrictModel
 from harness.parsers import ParseError
 from harness.parsers.bmoe import bmoe_request_row, parse_bmoe_log
 from harness.steps.base import Rows, StepKind, register_step
-from harness.steps.llamacpp import COLD_MAX_PCT, Arg, Prompts, refuse_owned, window
+from harness.steps.llamacpp import Prompts
+from harness.steps.requests import (
+    Arg,
+    cache_reached,
+    mark_columns,
+    mark_windows,
+    per_token,
+    place_columns,
+    refuse_owned,
+)
 
 # what the step sets itself: extra args may not
 OWNED = ("-m", "--model", "-p", "--prompt", "-n", "--n-predict", "--progress", "--csv", "--session")
@@ -129,19 +138,12 @@ def prompt_rows(run_dir: Path, prompt: dict[str, Any]) -> tuple[dict[str, Any], 
     parsed = parse_bmoe_log(log + b"\n" + (stderr.read_bytes() if stderr.exists() else b""))
     index = prompt["index"]
     row = bmoe_request_row(parsed["summary"][0]) if parsed["summary"] else {}
-    row.update({"request": index, "prompt_index": prompt.get("prompt_index"), "repeat": prompt.get("repeat"),
-                "cache": prompt.get("cache"), "n_predict": prompt.get("n_predict"),
-                "residency_before_pct": prompt.get("residency_before_pct")})
-    if prompt.get("cache") == "cold":
-        residency = prompt.get("residency_before_pct")
-        row["cold_reached"] = residency is not None and residency <= COLD_MAX_PCT
+    row.update(place_columns(prompt))
+    # the runner measures residency before every prompt, warm ones too: warm_reached as for llama-server
+    row.update(cache_reached(prompt.get("cache"), prompt.get("residency_before_pct")))
     marks = prompt.get("marks") or {}
-    start, first, end = marks.get("start"), marks.get("first_token"), marks.get("end")
-    row.update({"t_ns": start["mono_ns"] if start else None, "t_first_token_ns": first["mono_ns"] if first else None,
-                "t_end_ns": end["mono_ns"] if end else None})
-    row.update(window(start, end, "request_"))
-    row.update(window(start, first, "prefill_"))
-    row.update(window(first, end, "decode_"))
+    row.update(mark_columns(marks))
+    row.update(mark_windows(marks))
     row.update(read_bytes_check(row, len(parsed["tokens"])))
     tokens = [{**token, "request": index} for token in parsed["tokens"]]
     return row, tokens
@@ -152,15 +154,8 @@ def read_bytes_check(row: dict[str, Any], progress_lines: int) -> dict[str, Any]
     tokens, as llama-server's decode window) against the engine's own count, and their ratio: above 1 the device
     moved more than the engine read (page-cache misses of the dense weights, read-ahead, other readers), below 1
     the engine's reads were served from memory."""
-    tokens = progress_lines - 1
-    out: dict[str, Any] = {"decode_tokens": tokens if tokens > 0 else None, "decode_dev_read_bytes_per_token": None,
-                           "decode_majflt_per_token": None, "decode_dev_to_engine_read_ratio": None}
-    if tokens <= 0:
-        return out
-    if row.get("decode_dev_read_bytes") is not None:
-        out["decode_dev_read_bytes_per_token"] = row["decode_dev_read_bytes"] / tokens
-    if row.get("decode_majflt") is not None:
-        out["decode_majflt_per_token"] = row["decode_majflt"] / tokens
+    out = per_token(row, progress_lines - 1)
+    out["decode_dev_to_engine_read_ratio"] = None
     engine = row.get("engine_read_bytes_per_token")
     if engine and out["decode_dev_read_bytes_per_token"] is not None:
         out["decode_dev_to_engine_read_ratio"] = out["decode_dev_read_bytes_per_token"] / engine

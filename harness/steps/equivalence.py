@@ -34,7 +34,8 @@ from harness.config.validate import StrictModel
 from harness.emulation.controller import MIN_MEMORY_BYTES
 from harness.parsers import ParseError
 from harness.steps.base import Rows, StepKind, register_step
-from harness.steps.llamacpp import Arg, Prompts, refuse_owned
+from harness.steps.llamacpp import Prompts
+from harness.steps.requests import Arg, refuse_owned
 from harness.units import format_size, parse_size
 from runner.steps.generators import GENERATORS
 

@@ -36,25 +36,22 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from harness.config.validate import StrictModel
 from harness.parsers import ParseError, parse
-from harness.parsers.blockstat import delta, parse_snapshot
 from harness.parsers.cachedrop import cache_drop_columns
 from harness.parsers.llama_bench import sample_rows
 from harness.parsers.llama_server import timings_row
 from harness.steps.base import Rows, StepKind, register_step
+from harness.steps.requests import (
+    Arg,
+    cache_reached,
+    mark_columns,
+    mark_windows,
+    per_token,
+    place_columns,
+    refuse_owned,
+    window,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# as runner/pagecache.py: cold means at most 1 % of the model resident, warm at least 99 %
-COLD_MAX_PCT, WARM_MIN_PCT = 1.0, 99.0
-Arg = str | int | float
-
-
-def refuse_owned(args: list[Arg], owned: tuple[str, ...], engine: str | None = None) -> list[Arg]:
-    """``args`` unless they name a flag the harness sets itself (of ``engine``'s, when steps run several)."""
-    clash = sorted({str(a) for a in args} & set(owned))
-    if clash:
-        whose = f" for {engine}" if engine else ""
-        raise ValueError(f"{', '.join(clash)} are set by the harness{whose} (owned: {', '.join(owned)})")
-    return args
 
 
 class LlamaBenchConfig(StrictModel):
@@ -195,70 +192,27 @@ class LlamaServerStep(_LlamaStep):
         return {"requests": rows, "tokens": tokens}
 
 
-def window(a: dict[str, Any] | None, b: dict[str, Any] | None, prefix: str) -> dict[str, Any]:
-    """Device and process deltas between two snapshots, columns prefixed (``decode_dev_read_bytes`` ...)."""
-    out: dict[str, Any] = {f"{prefix}s": None}
-    keys = ("dev_read_bytes", "dev_read_ios", "dev_avg_read_io_bytes", "dev_avg_inflight", "dev_read_bytes_per_s",
-            "majflt", "utime_s", "stime_s")
-    out.update({f"{prefix}{key}": None for key in keys})
-    if not a or not b:
-        return out
-    seconds = (b["mono_ns"] - a["mono_ns"]) / 1e9
-    out[f"{prefix}s"] = seconds
-    sa, sb = parse_snapshot(a.get("blockstat")), parse_snapshot(b.get("blockstat"))
-    if sa and sb:
-        d = delta(sa, sb)
-        out[f"{prefix}dev_read_bytes"] = d["read_bytes"]
-        out[f"{prefix}dev_read_ios"] = d["read_ios"]
-        out[f"{prefix}dev_avg_read_io_bytes"] = d["avg_read_io_bytes"]
-        if seconds > 0:
-            # time_in_queue sums every request's time in flight: over the window, the average in flight
-            if d["time_in_queue_ms"] is not None:
-                out[f"{prefix}dev_avg_inflight"] = d["time_in_queue_ms"] / (seconds * 1000)
-            if d["read_bytes"] is not None:
-                out[f"{prefix}dev_read_bytes_per_s"] = d["read_bytes"] / seconds
-    pa, pb = a.get("proc"), b.get("proc")
-    if pa and pb:
-        out[f"{prefix}majflt"] = pb["majflt"] - pa["majflt"]
-        out[f"{prefix}utime_s"] = pb["utime_s"] - pa["utime_s"]
-        out[f"{prefix}stime_s"] = pb["stime_s"] - pa["stime_s"]
-    return out
-
-
 def request_row(rec: dict[str, Any]) -> dict[str, Any]:
-    """One ``requests`` row: timings, then whole-request, prefill and decode windows.
+    """One ``requests`` row: the shared columns (harness/steps/requests.py) and llama-server's own ``timings``.
 
     The decode window runs from the first streamed token (sampled at the end of prefill) to the final
     message, so it holds ``predicted_n - 1`` generated tokens.
     """
     marks = rec.get("marks") or {}
-    start, first, end = marks.get("start"), marks.get("first_token"), marks.get("end")
-    row: dict[str, Any] = {"request": rec["index"], "prompt_index": rec.get("prompt_index"),
-                           "repeat": rec.get("repeat"), "cache": rec.get("cache"),
-                           "n_predict": rec.get("n_predict"),
-                           "residency_before_pct": rec.get("residency_before_pct"),
-                           "t_ns": start["mono_ns"] if start else None,
-                           "t_first_token_ns": first["mono_ns"] if first else None,
-                           "t_end_ns": end["mono_ns"] if end else None}
-    residency = rec.get("residency_before_pct")
+    row: dict[str, Any] = {**place_columns(rec), **mark_columns(marks)}
     # the server's executable and libraries (those not wholly cached, up to 64 MiB each) were read into the cache
     # first, so that a request's faults are the model's; where that failed the row says why (older records: None)
     row["engine_files_error"] = (rec.get("engine_files") or {}).get("error")
+    row.update(cache_reached(rec.get("cache"), rec.get("residency_before_pct")))
     if rec.get("cache") == "cold":
-        # the methodology's bound for a cold start; where the kernel cannot page out a mapping, rows say so
-        row["cold_reached"] = residency is not None and residency <= COLD_MAX_PCT
+        # where the kernel cannot page out a mapping, rows say so
         row["pageout_error"] = (rec.get("pageout") or {}).get("error")
         row.update(cache_drop_columns((rec.get("pageout") or {}).get("cache_drop")))  # macOS: purge, allowed?
-    elif rec.get("cache") == "warm":
-        # under a memory budget earlier requests may have pushed part of the model out again
-        row["warm_reached"] = residency is not None and residency >= WARM_MIN_PCT
     if rec.get("content") is not None:
         # same model, prompt and greedy sampling: variants that only move bytes must print the same text
         row["output_sha256"] = hashlib.sha256(rec["content"].encode("utf-8", errors="replace")).hexdigest()
     row.update(timings_row(rec) if rec.get("timings") else {})
-    row.update(window(start, end, "request_"))
-    row.update(window(start, first, "prefill_"))
-    row.update(window(first, end, "decode_"))
+    row.update(mark_windows(marks))
     window_marks = (marks.get("window_start"), marks.get("window_end"))
     if rec.get("decode_window") or any(window_marks):
         row.update(window(*window_marks, "window_"))
@@ -270,13 +224,7 @@ def request_row(rec: dict[str, Any]) -> dict[str, Any]:
     # the client's view of decode speed: tokens after the first over the time they took to arrive
     if len(times) >= 2 and times[-1] > times[0]:
         row["decode_client_tps"] = (counts[-1] - counts[0]) / ((times[-1] - times[0]) / 1e9)
-    tokens = (row.get("predicted_n") or 0) - 1
-    row["decode_tokens"] = tokens if tokens > 0 else None
-    if tokens > 0:
-        if row["decode_dev_read_bytes"] is not None:
-            row["decode_dev_read_bytes_per_token"] = row["decode_dev_read_bytes"] / tokens
-        if row["decode_majflt"] is not None:
-            row["decode_majflt_per_token"] = row["decode_majflt"] / tokens
+    row.update(per_token(row, (row.get("predicted_n") or 0) - 1))
     return row
 
 
