@@ -36,6 +36,7 @@ from harness.config.template import template_names
 from harness.config.validate import StrictModel
 from harness.parsers.declared import extract
 from harness.steps.base import Rows, StepKind, register_step
+from harness.steps.requests import without_marks
 
 # name -> declaration, filled by resolve_declared for the experiment being resolved (as the other registries are
 # filled at import); a run's spec carries its declaration whole, so ingest never needs this
@@ -143,9 +144,7 @@ class RunStep(StepKind):
         if not outputs:
             return {}
         tables = extract(step["extract"], outputs, step.get("decode_window"))
-        for row in tables["requests"]:
-            row["engine"], row["declaration_sha256"] = step["engine"], step["declaration_sha256"]
-            # the run's device bytes are the runs table's (whole step): a declared engine has no decode window of
-            # device snapshots, so the llama-server decode-device columns are null here, never a guess
-            row.setdefault("decode_dev_read_bytes_per_s", None)
+        tables["requests"] = [without_marks({**row, "engine": step["engine"],
+                                             "declaration_sha256": step["declaration_sha256"]})
+                              for row in tables["requests"]]
         return {name: rows for name, rows in tables.items() if rows}

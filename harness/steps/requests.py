@@ -103,3 +103,10 @@ def per_token(row: dict[str, Any], tokens: int) -> dict[str, Any]:
         if row.get("decode_majflt") is not None:
             out["decode_majflt_per_token"] = row["decode_majflt"] / tokens
     return out
+
+
+def without_marks(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of an engine the harness has no mark snapshots for (declared engines: one run, its output parsed):
+    the decode window's device rate is null, never a guess (the run's device bytes are the runs table's, whole
+    step), so such rows still line up with llama-server's under the column the figures read."""
+    return {**row, "decode_dev_read_bytes_per_s": row.get("decode_dev_read_bytes_per_s")}  # kept where given
