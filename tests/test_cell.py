@@ -3,8 +3,10 @@ parse() reads only what a user types for ``--baseline-variant`` / ``--variant``.
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
+from harness.commands.comparison import cross_set_pairs, same_session_pairs
 from harness.errors import UsageError
 from harness.results.cell import CellKey
 from harness.results.variants import variant_label
@@ -58,3 +60,30 @@ def test_a_bad_typed_name_is_one_line_naming_the_option(text: str, message: str)
     with pytest.raises(UsageError) as error:
         CellKey.parse(text, where="--baseline-variant")
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def _found(rows: list[tuple[str, str, str, float]]) -> pd.DataFrame:
+    """Samples as results.samples gives them: (target, arm, cache, value) per row."""
+    out = []
+    for i, (target, arm, cache, value) in enumerate(rows):
+        cell = CellKey.of({"arm": arm, "cache": cache}, ["arm"], target=target)
+        out.append({"target": target, "variant": cell.label(), "step": "llama-server", "test": "",
+                    "metric": "decode_tps", "round": 1, "value": value, "run_id": f"r{i}", "cell": cell})
+    return pd.DataFrame(out)
+
+
+def test_same_session_pairs_keep_the_cache_condition_and_target() -> None:
+    found = _found([(t, arm, cache, 1.0) for t in ("b1", "b2") for arm in "ab" for cache in ("cold", "warm")])
+    pairs = same_session_pairs(found, "arm=a")
+    assert sorted((p.target, p.variant, p.baseline) for p in pairs) == [
+        (t, f"arm=b {c}", f"arm=a {c}") for t in ("b1", "b2") for c in ("cold", "warm")]
+    assert all(set(p.base_runs) | set(p.cand_runs) <= {(p.target, r) for r in found["run_id"]} for p in pairs)
+
+
+def test_a_cell_missing_on_one_side_is_not_paired() -> None:
+    base = _found([("b1", "a", "cold", 1.0), ("b1", "b", "cold", 2.0)])
+    cand = _found([("b1", "a", "cold", 1.5), ("b1", "b", "warm", 2.5), ("b2", "a", "cold", 3.0)])
+    pairs = cross_set_pairs(base, cand, "BASE")
+    assert [(p.target, p.variant, list(p.base_values), list(p.cand_values)) for p in pairs] == \
+        [("b1", "arm=a cold", [1.0], [1.5])]
+    assert same_session_pairs(cand, "arm=a") == []  # no arm=a warm for arm=b warm; on b2 only the baseline
