@@ -6,7 +6,8 @@ Pure statistics on two samples of one metric; what a cell is and where samples c
   95 % interval, two-sided Mann-Whitney U p), the same numbers ``harness compare`` and figure F4 show.
 - A **regression** needs all three: the ratio passes the threshold in the worse direction, the whole confidence
   interval lies beyond it, and p < alpha (0.01). asv flags a change when the ratio passes its ``--factor`` and
-  the Mann-Whitney U test says the samples differ (asv ``statistics.is_different``, p < 0.002); the interval is
+  the Mann-Whitney U test says the samples differ (asv ``_stats.is_different``, p < 0.002: ``asv/_stats.py``, the
+  module ``asv/statistics.py`` renamed in asv commit e88a2acf, 2024-09-09; read at 7032df70); the interval is
   our addition: p alone says "different", not "different by more than the threshold", and a ratio alone moves
   with one stalled request. An **improvement** is the mirror image.
 - **insufficient**: fewer than 2 values on a side, a baseline median of 0 (no ratio), or sample sizes with which

@@ -15,6 +15,7 @@ import pandas as pd
 from rich.table import Table
 
 from harness.errors import UsageError
+from harness.results.cell import CellKey
 from harness.results.loader import ResultSet
 from harness.results.metrics import METRICS, Metric
 from harness.results.samples import missing_columns, samples
@@ -100,28 +101,37 @@ def present_metrics(*sets: ResultSet) -> list[Metric]:
     return [m for m in METRICS.values() if all(not missing_columns(s, m) and not samples(s, m).empty for s in sets)]
 
 
-def _tokens(label: str) -> set[str]:
-    return set(label.split())
-
-
-def _cache_part(label: str) -> str:
-    return " ".join(t for t in label.split() if "=" not in t)
+def _typed(name: str, where: str) -> CellKey:
+    """A cell name typed on the command line; an empty one is not in any set."""
+    if not name.split():
+        raise UsageError(f"variant {name!r}: not in {where}")
+    return CellKey.parse(name, where=f"variant {name!r}")
 
 
 def check_variant(name: str, found: pd.DataFrame, where: str) -> None:
-    """A variant name must match at least one variant of the set: all of its words are in the label, in any
-    order (the matrix part alone matches that cell in every cache condition)."""
+    """A variant name must match at least one cell of the set: all of its parts are in the cell, in any order
+    (the matrix part alone matches that cell in every cache condition)."""
     labels = sorted(found["variant"].unique())
-    if not name.split() or not any(_tokens(name) <= _tokens(label) for label in labels):
+    wanted = _typed(name, f"{where} (variants: {'; '.join(labels)})")
+    if not any(cell.matches(wanted) for cell in found["cell"]):
         raise UsageError(f"variant {name!r}: not in {where} (variants: {'; '.join(labels)})")
 
 
-def _baseline_of(variant: str, labels: list[str], name: str) -> str | None:
-    """The baseline for ``variant`` among a cell group's labels: the one matching ``name`` in the same cache
-    condition (or the one ``name`` names with its cache condition)."""
-    wanted = _tokens(name)
-    by_cache = not _cache_part(name)
-    matches = [v for v in labels if wanted <= _tokens(v) and (not by_cache or _cache_part(v) == _cache_part(variant))]
+def _cells(group: pd.DataFrame) -> dict[str, CellKey]:
+    """Each variant label of a group of samples and its cell."""
+    return dict(zip(group["variant"], group["cell"], strict=True))
+
+
+def _wanted(cell: CellKey, only: list[CellKey] | None) -> bool:
+    return not only or any(cell.matches(o) for o in only)
+
+
+def _baseline_of(cell: CellKey, cells: dict[str, CellKey], wanted: CellKey, name: str) -> str | None:
+    """The baseline for ``cell`` among a cell group's variants: the one matching ``wanted`` with the same engine
+    label and cache condition (or the one ``wanted`` names, when it names an engine label or cache condition)."""
+    same_kind = not (wanted.engine or wanted.cache)
+    matches = [v for v, c in cells.items()
+               if c.matches(wanted) and (not same_kind or (c.engine, c.cache) == (cell.engine, cell.cache))]
     if len(matches) > 1:
         raise UsageError(f"variant {name!r} is ambiguous: it matches {'; '.join(matches)}; name one cell")
     return matches[0] if matches else None
@@ -136,12 +146,15 @@ def same_session_pairs(found: pd.DataFrame, baseline_name: str, only: list[str] 
     """Each variant (other than the baseline, or only those matching ``only``) against the baseline variant of
     the same target, step and test."""
     pairs: list[Pair] = []
+    wanted = _typed(baseline_name, "the set")
+    chosen = [_typed(o, "the set") for o in only] if only else None
     for (target, step, test, metric), group in found.groupby(GROUP, sort=False):
         by_variant = dict(list(group.groupby("variant", sort=False)))
+        cells = _cells(group)
         for variant, cand in by_variant.items():
-            if only and not any(_tokens(o) <= _tokens(variant) for o in only):
+            if not _wanted(cells[variant], chosen):
                 continue
-            base = _baseline_of(variant, list(by_variant), baseline_name)
+            base = _baseline_of(cells[variant], cells, wanted, baseline_name)
             if base is None or base == variant:
                 continue
             (bv, br), (cv, cr) = _side(by_variant[base]), _side(cand)
@@ -155,11 +168,13 @@ def cross_set_pairs(base: pd.DataFrame, cand: pd.DataFrame, base_id: str, only: 
     keys = [*GROUP, "variant"]
     base_groups = dict(list(base.groupby(keys, sort=False)))
     pairs: list[Pair] = []
+    chosen = [_typed(o, "the set") for o in only] if only else None
     for key, group in cand.groupby(keys, sort=False):
-        if key not in base_groups or (only and not any(_tokens(o) <= _tokens(key[4]) for o in only)):
+        if key not in base_groups or not _wanted(group["cell"].iloc[0], chosen):
             continue
         (bv, br), (cv, cr) = _side(base_groups[key]), _side(group)
-        pairs.append(Pair(*key, base_id, bv, cv, br, cr))  # type: ignore[misc]
+        target, step, test, metric, variant = (str(part) for part in key)
+        pairs.append(Pair(target, step, test, metric, variant, base_id, bv, cv, br, cr))
     return pairs
 
 

@@ -21,10 +21,10 @@ from harness.analysis.ratios import ratio_of_medians
 from harness.figures.base import FigureContext, register_figure
 from harness.figures.layout import label_width_in, ratio_axis, stacked_label
 from harness.figures.streaming import baseline_cell
+from harness.results.cell import CellKey
 from harness.results.metrics import METRICS
 from harness.results.selection import usable_runs
 from harness.results.tables import BENCH, REQUESTS, RUNS
-from harness.results.variants import variant_label, variants
 
 # the metrics F4 draws, one panel per metric and test; the title of each (``{test}`` filled in)
 F4_PANELS = {"decode_tps": "llama-server decode", "prefill_tps": "llama-server prefill",
@@ -38,10 +38,10 @@ def observations(runs: pd.DataFrame, table: Callable[[str], pd.DataFrame], param
     if ok.empty:
         return pd.DataFrame()
     several = ok["target"].nunique() > 1
-    labels = variants(ok, params)
+    cells = [CellKey.of(row, params, target=str(row["target"])) for _, row in ok.iterrows()]
     info = pd.DataFrame({"run_id": ok["run_id"], "target": ok["target"], "cache": ok["cache"],
-                         "index": ok["index"],
-                         "variant": (ok["target"] + ": " + labels) if several else labels})
+                         "index": ok["index"], "cell": cells,
+                         "variant": [_shown(cell, several) for cell in cells]})
     frames = []
     for name in F4_METRICS:
         metric = METRICS[name]
@@ -54,6 +54,11 @@ def observations(runs: pd.DataFrame, table: Callable[[str], pd.DataFrame], param
                             "panel": [f"{title.format(test=t)} ({metric.unit})" for t in tests]})
         frames.append(obs.merge(info, on="run_id").dropna(subset=["value"]))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _shown(cell: CellKey, several: bool) -> str:
+    """A cell's name on the figure's axis: its label, after its target when the set has several."""
+    return f"{cell.target}: {cell.label()}" if several else cell.label()
 
 
 def _panel_title(name: str, data: pd.DataFrame, ok: pd.DataFrame) -> str:
@@ -73,15 +78,13 @@ def ratio_table(obs: pd.DataFrame, params: list[str], baseline: dict[str, Any]) 
     if obs.empty:
         return pd.DataFrame()
     rows = []
-    several = obs["target"].nunique() > 1
     for (panel, target, cache), group in obs.groupby(["panel", "target", "cache"], sort=False):
-        base_label = variant_label({**baseline, "cache": cache}, params)
-        base_label = f"{target}: {base_label}" if several else base_label
-        base = group.loc[group["variant"] == base_label, "value"]
+        base_cell = CellKey.of({**baseline, "cache": cache}, params, target=str(target))
+        base = group.loc[group["cell"] == base_cell, "value"]
         if base.empty:
             continue  # no baseline measured under this condition: nothing to compare with
         for variant, cand in group.groupby("variant", sort=False):
-            is_base = variant == base_label
+            is_base = bool((cand["cell"] == base_cell).all())
             est = ratio_of_medians(base, cand["value"])
             rows.append({"panel": panel, "target": target, "cache": cache, "variant": variant,
                          "index": cand["index"].min(), "is_baseline": is_base,

@@ -1,6 +1,7 @@
 """Per-cell samples of one metric from a result set: the tidy rows ``harness compare`` and ``harness gate`` decide on.
 
-One row per observation: ``target, variant, step, test, metric, round, value`` and the ``run_id`` it came from. A
+One row per observation: ``target, variant, step, test, metric, round, value``, the ``run_id`` it came from and its
+``cell`` (:class:`harness.results.cell.CellKey`, which pairing matches on: the ``variant`` is its label). A
 cell is (target, variant, step, test): ``variant`` is the run's matrix cell and cache condition
 (:mod:`harness.results.variants`), ``step`` the run's ``step_label`` (``fio``, or ``fio2`` for a second fio step),
 ``test`` the metric's test column (llama-bench's ``tg32``, fio's job name; "" when the metric has none). Only runs
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.results.cell import CellKey
 from harness.results.loader import ResultSet
 from harness.results.metrics import Metric
 from harness.results.selection import perturbed_runs, usable_runs
 from harness.results.tables import RUNS
 from harness.results.variants import variants
 
-SAMPLE_COLUMNS = ["target", "variant", "step", "test", "metric", "round", "value", "run_id"]
+SAMPLE_COLUMNS = ["target", "variant", "step", "test", "metric", "round", "value", "run_id", "cell"]
 CELL = ["target", "variant", "step", "test"]
 
 
@@ -53,7 +55,10 @@ def samples(result_set: ResultSet, metric: Metric) -> pd.DataFrame:
     observed = pd.DataFrame({
         "run_id": table["run_id"], "target": table["target"], "value": metric.observations(table),
         "test": table[metric.test].astype(str) if metric.test and metric.test in table else ""})
-    ok = usable_runs(runs)[["run_id", "target", "variant", "step_label", "round"]]
+    ok = usable_runs(runs)
+    params = matrix_keys(result_set)
+    ok = ok.assign(cell=[CellKey.of(row, params, target=str(row["target"])) for _, row in ok.iterrows()])
+    ok = ok[["run_id", "target", "variant", "step_label", "round", "cell"]]
     rows = observed.merge(ok, on=["run_id", "target"], how="inner").rename(columns={"step_label": "step"})
     rows = rows[rows["value"].notna() & (rows["value"].abs() != float("inf"))]
     return rows.assign(metric=metric.name)[SAMPLE_COLUMNS].reset_index(drop=True)
