@@ -226,15 +226,26 @@ OLD_BUILDS: dict[str, Path] = {}  # mode -> binary built from git ("old", "v2.0"
 
 def build_rev(rev: str, work: Path, name: str) -> Path | None:
     """The sampler from git revision ``rev`` (read with `git show`, nothing in the tree changes); None if
-    git or the revision is not there."""
+    git or the revision is not there. Its sources are sampler.c alone before the split, sampler*.c with their
+    headers after (runner/native/sampler.h says which part is where)."""
+    native = "runner/native/"
     try:
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:runner/native/sampler.c"], check=True,
-                             capture_output=True).stdout
+        listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", rev, native], check=True,
+                                capture_output=True, text=True).stdout.split()
+        wanted = [n for n in listed if n.endswith(".h") or (n.startswith(native + "sampler") and n.endswith(".c"))]
+        files = {n[len(native):]: subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{n}"], check=True,
+                                                 capture_output=True).stdout for n in wanted}
     except (OSError, subprocess.CalledProcessError):
         return None
-    (work / f"{name}.c").write_bytes(src)
+    if "sampler.c" not in files:
+        return None
+    src_dir = work / f"{name}-src"
+    src_dir.mkdir(exist_ok=True)
+    for file_name, text in files.items():
+        (src_dir / file_name).write_bytes(text)
     exe = work / name
-    run(["cc", "-std=c99", "-O2", "-D_GNU_SOURCE", "-D_FILE_OFFSET_BITS=64", "-o", str(exe), str(work / f"{name}.c")])
+    run(["cc", "-std=c99", "-O2", "-D_GNU_SOURCE", "-D_FILE_OFFSET_BITS=64", "-o", str(exe),
+         *sorted(str(src_dir / n) for n in files if n.endswith(".c"))])
     return exe
 
 

@@ -44,7 +44,7 @@ def test_thread_rows():
     assert rows[6]["wchan"] is None  # empty wchan field
 
 
-# The macOS sampler's format (runner/native/sampler.c, __APPLE__): libproc thread handles as tids, no wait
+# The macOS sampler's format (runner/native/sampler_macos.c): libproc thread handles as tids, no wait
 # channel, and no per-thread fault count (majflt=none in the header). Synthetic: no Mac runs here.
 MAC_THREADS = (
     "# harness-sampler v1 mode=threads pid=812 period_ms=5 clock_ticks_per_s=100 source=libproc majflt=none "

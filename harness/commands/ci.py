@@ -37,7 +37,7 @@ def init(board: str = typer.Option(None, "--board", metavar="NAME",
          out: Path = typer.Option(Path(DEFAULT_OUT), "--out", help="where to write the workflow"),
          force: bool = typer.Option(False, "--force", help="replace a different workflow already there"),
          ) -> None:
-    """Write .github/workflows/regression.yml for a board (see README, "CI on a self-hosted runner")."""
+    """Write .github/workflows/regression.yml for a board (see docs/guide.md, "CI on a self-hosted runner")."""
     if experiment.is_absolute():
         raise UsageError(f"--experiment {experiment}: give a path inside the repository (the runner checks it out)")
     if not experiment.exists():

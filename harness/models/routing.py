@@ -32,7 +32,7 @@ from harness.models.errors import ModelError
 
 _ROUTING_RE = re.compile(r"^(narrow|uniform|zipf(?::(\d+(?:\.\d+)?))?)$")
 # ``zipf`` alone: the exponent whose routing, measured like the real traces (Qwen3-30B-A3B, Gemma-4-26B-A4B at
-# 128 experts, 6 used, over 24 decoded tokens), comes closest to theirs; see the README's routing table
+# 128 experts, 6 used, over 24 decoded tokens), comes closest to theirs; see the routing table in docs/measurements.md
 DEFAULT_ZIPF_S = 1.25
 _POOL = 4096          # tokens the biases are fitted on (the whole vocabulary when smaller)
 _FIT_STEPS = 300
