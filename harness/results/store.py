@@ -143,6 +143,18 @@ class ResultSetWriter:
             self.manifest["files"][target] = records
             self.save()
 
+    def mark_resumed(self, when: str) -> None:
+        """Say in the manifest when the set was resumed (``resumed``: every time, in order) and save."""
+        with self.lock:
+            self.manifest.setdefault("resumed", []).append(when)
+            self.save()
+
+    def mark_confirms(self, set_id: str, rounds: int) -> None:
+        """Say which set this one confirms (``harness gate --confirm``), with how many rounds, and save."""
+        with self.lock:
+            self.manifest["confirms"] = {"set_id": set_id, "rounds": rounds}
+            self.save()
+
     def raw_dir(self, target: str, run_id: str) -> Path:
         return self.path / "raw" / target / run_id
 
