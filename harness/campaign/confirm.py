@@ -26,12 +26,13 @@ from harness.config.experiment import LoadedExperiment
 from harness.errors import HarnessError, InfrastructureError, UsageError
 from harness.results import INCOMPLETE_SUFFIX
 from harness.results.loader import is_result_set, read_manifest
+from harness.results.manifest import Manifest
 from harness.results.store import ResultSetWriter
 
 CellKey = tuple[str, str, str]  # step label, params (JSON, sorted keys), cache
 
 
-def experiment_of(set_path: Path, manifest: dict[str, Any]) -> LoadedExperiment:
+def experiment_of(set_path: Path, manifest: Manifest) -> LoadedExperiment:
     """The set's experiment: the original file when it is unchanged (relative paths in it still resolve as they
     did), else the copy the set stores."""
     original = Path(manifest["experiment"]["path"])

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from harness.boards.session import TargetSession
 from harness.campaign.context import CampaignContext
 from harness.campaign.lifecycle import RunLifecycle
 from harness.campaign.plan import PlannedRun
 from harness.results.loader import read_manifest
+from harness.results.manifest import Manifest
 from harness.results.store import ResultSetWriter
 
 
-def load(ctx: CampaignContext, path: Path) -> dict[str, Any]:
+def load(ctx: CampaignContext, path: Path) -> Manifest:
     """Read the set's manifest into the campaign: its set id, its scratch, the runs to keep and to adopt."""
     manifest = read_manifest(path)
     ctx.set_id = manifest["set_id"]
@@ -27,7 +27,7 @@ def load(ctx: CampaignContext, path: Path) -> dict[str, Any]:
     return manifest
 
 
-def reopen(path: Path, manifest: dict[str, Any]) -> ResultSetWriter:
+def reopen(path: Path, manifest: Manifest) -> ResultSetWriter:
     """The set's writer again, its manifest saying when it was resumed."""
     writer = ResultSetWriter.reopen(path, manifest)
     writer.mark_resumed(time.strftime("%Y-%m-%dT%H:%M:%S%z"))

@@ -6,20 +6,21 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:  # pandas loads with the first table read: commands that only find a set start fast
     import pandas as pd
 
 from harness.errors import ResultSetError
 from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION, checksums
+from harness.results.manifest import Manifest
 from harness.results.tables import TABLES_DIR, table_file
 
 
 @dataclass
 class ResultSet:
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     # checked against its SHA256SUMS when loaded for a decision; None: not checked, or the set has none
     verified: bool | None = None
@@ -92,7 +93,7 @@ def load_result_set(path: Path, *, verify: bool = False) -> ResultSet:
     return one
 
 
-def read_manifest(path: Path) -> dict[str, Any]:
+def read_manifest(path: Path) -> Manifest:
     """The manifest of the set at ``path``, checked (an object, this schema, the fields readers index): the one
     read of ``manifest.json`` (the campaign's --resume and --confirm read it here too, so an old or damaged set
     is one line before anything indexes it)."""
@@ -112,7 +113,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
                 else "it was written by a newer harness; upgrade harness to read it")
         raise ResultSetError(f"{path}: schema_version {version!r}, this harness reads {SCHEMA_VERSION}: {hint}")
     _check_fields(manifest_path, manifest)
-    return manifest
+    return cast(Manifest, manifest)  # its shape checked above: what readers index is there
 
 
 # What readers index without looking (manifest["experiment"]["name"], run["run_id"], ...): checked once here.
