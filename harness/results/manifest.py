@@ -11,7 +11,8 @@ is kept beside it as ``runner_status`` (absent in sets written before, and for r
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict, cast
 
 # a run's status that is no verdict yet (an interrupted set keeps them)
 NOT_FINAL = ("pending", "planned", "running")
@@ -69,6 +70,7 @@ class TargetFields(TypedDict, total=False):
     lease: dict[str, Any]  # its lease (labgrid: coordinator, place, tags, reservation token)
     expectations_before: list[dict[str, Any]]
     expectations_after: list[dict[str, Any]]
+    engines: dict[str, Any]  # the engines built or deployed on it, by name
 
 
 class TargetEntry(TargetFields, total=False):
@@ -135,6 +137,21 @@ class Manifest(TypedDict, total=False):
     upgraded_from: UpgradedFrom
 
 
-def run_status(entry: RunEntry) -> str:
-    """The run's status as the runs table says it: the controller's verdict (``planned`` before it has one)."""
-    return entry.get("status", "planned")
+def verdict(entry: Mapping[str, Any], record: Mapping[str, Any] | None) -> tuple[str, str | None]:
+    """(status, error) of a run as the runs table says it: the controller's verdict from its entry. An entry
+    with none yet (``planned``, or ``running`` in a set whose controller died before recording it) falls back to
+    what the runner's run.json said, the only word there is on the run; neither: ``planned``."""
+    status = entry.get("status")
+    if status not in (None, *NOT_FINAL) or record is None:
+        return (status or "planned"), entry.get("error")
+    return record.get("status", status or "planned"), record.get("error")
+
+
+def retry_entry(original: RunEntry, run_id: str, index: int) -> RunEntry:
+    """A retry's entry (a perturbed run measured again): its original's plan, not what happened to it, under a
+    new id and index, pending."""
+    plan: Mapping[str, object] = original
+    copied = {key: plan[key] for key in RunPlan.__annotations__ if key in plan}
+    # the keys are RunPlan's, the values the original's: a RunEntry (mypy cannot follow keys from a loop)
+    return cast(RunEntry, {**copied, "run_id": run_id, "index": index, "status": "pending",
+                           "retry_of": original.get("run_id")})

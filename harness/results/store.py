@@ -126,6 +126,12 @@ class ResultSetWriter:
                     run.update(cast(RunEntry, fields))  # RunFields is a part of RunEntry (mypy wants every key)
             self.save()
 
+    def run_entry(self, run_id: str, target: str) -> RunEntry:
+        """A target's run entry by its id (an empty one when the manifest has none)."""
+        with self.lock:
+            return next((run for run in self.manifest["runs"] if run.get("run_id") == run_id
+                         and run.get("target") == target), RunEntry())
+
     def add_run(self, entry: RunEntry) -> None:
         """Add a run the plan did not have (a perturbed run measured again) and save."""
         with self.lock:
