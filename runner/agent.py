@@ -138,6 +138,8 @@ def _clean_up(ctx, record, native_bin, files, device):
     if sampler_errors:
         record["collector_errors"] = sampler_errors
     record["rusage"] = ctx.rusage
+    if ctx.main_process is not None:
+        record["main_process"] = ctx.main_process
     try:
         record.setdefault("cache", {"condition": ctx.spec["cache"]})
         record["cache"]["after"] = pagecache.residency(native_bin, files)

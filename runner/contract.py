@@ -207,4 +207,5 @@ class RunRecord(_RunRecordKeys, total=False):
     summary: Dict[str, Any]  # what the step returned (counts; the step's files hold the measurements)
     collector_errors: List[str]  # collectors that failed or were skipped (optional), one line each
     rusage: Dict[str, Dict[str, Any]]  # by process name: majflt, minflt, storage_read_bytes, utime_s, stime_s, ...
+    main_process: str  # the rusage entry of the step's own process (the first it spawned)
     interference: Optional[InterferenceRecord]  # 1.1: other processes' CPU, steal, runqueue, throttling

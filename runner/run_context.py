@@ -39,6 +39,9 @@ class RunContext:
         self.emulation = emulation
         self.processes = []
         self.rusage = {}
+        # the step's own process (the first it spawned): the one the runs table's proc_* columns describe; the
+        # record names it, so the controller picks its rusage by name, not by where it falls in a dict
+        self.main_process = None
         # what outlived a step process's group (fio's setsid job processes once its leader was killed): stopped by
         # kill(), listed in the run record
         self.left_running = {"stopped": [], "left": []}
@@ -63,6 +66,7 @@ class RunContext:
                                     preexec_fn=self._child_setup)
             proc.log_name, proc.spawn_tag = name, tag
             self.processes.append(proc)
+            self.main_process = self.main_process or name
         except OSError as exc:
             raise StepFailed("cannot start %s: %s" % (argv[0], exc)) from None
         except subprocess.SubprocessError:

@@ -4,7 +4,9 @@ with file:line naming the known kinds)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness.boards.platforms import PLATFORMS
 from harness.boards.transports import TRANSPORTS
@@ -42,7 +44,8 @@ def wants_lease(target: Target) -> bool:
     return target.lease if target.lease is not None else TRANSPORTS[target.transport_kind].lease_by_default
 
 
-def targets_of_set(entries: list[dict], inventory: dict[str, Target], *, source: str = "") -> list[Target]:
+def targets_of_set(entries: Sequence[Mapping[str, Any]], inventory: dict[str, Target], *,
+                   source: str = "") -> list[Target]:
     """A set's targets again (--resume): by name from the inventory, except places a ``labgrid:`` selector picked,
     which are pinned to the place the set ran on (its manifest's lease record) under the same farm settings."""
     chosen: list[Target] = []

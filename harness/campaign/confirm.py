@@ -25,12 +25,14 @@ from harness.campaign.resolve import load_resolved
 from harness.config.experiment import LoadedExperiment
 from harness.errors import HarnessError, InfrastructureError, UsageError
 from harness.results import INCOMPLETE_SUFFIX
+from harness.results.loader import is_result_set, read_manifest
+from harness.results.manifest import Manifest
 from harness.results.store import ResultSetWriter
 
 CellKey = tuple[str, str, str]  # step label, params (JSON, sorted keys), cache
 
 
-def experiment_of(set_path: Path, manifest: dict[str, Any]) -> LoadedExperiment:
+def experiment_of(set_path: Path, manifest: Manifest) -> LoadedExperiment:
     """The set's experiment: the original file when it is unchanged (relative paths in it still resolve as they
     did), else the copy the set stores."""
     original = Path(manifest["experiment"]["path"])
@@ -62,7 +64,7 @@ def confirmation_plan(loaded: LoadedExperiment, cells: set[CellKey], rounds: int
 def confirm(set_path: Path, run_ids: Iterable[tuple[str, str]], rounds: int, *, targets_dir: Path | None = None,
             progress: Any = None, lease_wait_s: float = DEFAULT_WAIT_S) -> Path:
     """Re-run the cells of the given (target, run id)s of the set at ``set_path``; the new set's path."""
-    manifest = json.loads((set_path / "manifest.json").read_text())
+    manifest = read_manifest(set_path)
     wanted = set(run_ids)
     entries = [run for run in manifest["runs"] if (run["target"], run["run_id"]) in wanted]
     cells = {_cell_key(run["step_label"], run.get("params") or {}, run["cache"]) for run in entries}
@@ -93,7 +95,5 @@ def confirm(set_path: Path, run_ids: Iterable[tuple[str, str]], rounds: int, *, 
 def _mark_confirms(results_dir: Path, set_id: str, confirms: str, rounds: int) -> None:
     """Say in the new set's manifest which set it confirms (complete or not, once it exists)."""
     for path in (results_dir / set_id, results_dir / (set_id + INCOMPLETE_SUFFIX)):
-        if (path / "manifest.json").exists():
-            writer = ResultSetWriter.reopen(path, json.loads((path / "manifest.json").read_text()))
-            writer.manifest["confirms"] = {"set_id": confirms, "rounds": rounds}
-            writer.save()
+        if is_result_set(path):
+            ResultSetWriter.reopen(path, read_manifest(path)).mark_confirms(confirms, rounds)

@@ -88,8 +88,7 @@ class RunLifecycle:
               run: PlannedRun) -> RunLifecycle:
         """A run a dead controller started (--resume): started, with the runner its manifest entry recorded."""
         lifecycle = cls(ctx, session, writer, run)
-        entry = next((r for r in writer.manifest["runs"] if r["run_id"] == run.run_id
-                      and r.get("target") == lifecycle.target), {})
+        entry = writer.run_entry(run.run_id, lifecycle.target)
         lifecycle.runner = RecordedRunner.from_entry(entry, lifecycle.spec_path)
         lifecycle.started_wall = entry.get("runner_started")
         lifecycle.state = RunState.STARTED
@@ -241,7 +240,8 @@ class RunLifecycle:
         verdict = judge(pulled.record.get("interference"), self.ctx.experiment.validity) \
             if status == "ok" and pulled.record is not None else NOT_PERTURBED
         self.perturbed = verdict.perturbed
-        self.writer.update_run(self.run.run_id, target=self.target, status=status, error=error, **verdict.fields())
+        self.writer.update_run(self.run.run_id, target=self.target, status=status, error=error,
+                               runner_status=pulled.runner_status, **verdict.fields())
         self._to(RunState.RECORDED)
         self.ctx.progress.run_finished(self.target, self.run, status, error)
         if verdict.perturbed:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness.boards.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
 from harness.boards.session import TargetSession
@@ -27,6 +26,7 @@ from harness.campaign.preflight import preflight
 from harness.campaign.space import check_results_space
 from harness.campaign.target import run_target
 from harness.config.target import Target
+from harness.results.manifest import RunEntry
 from harness.results.store import ResultSetWriter
 from harness.steps import STEPS
 
@@ -152,7 +152,7 @@ def new_writer(ctx: CampaignContext, results_dir: Path) -> ResultSetWriter:
     return writer
 
 
-def planned(target: Target, run: PlannedRun) -> dict[str, Any]:
+def planned(target: Target, run: PlannedRun) -> RunEntry:
     return {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
             "step_label": run.cell.label, "engine": STEPS[run.step].engine_label(run.cell.config),
             "cache": run.cache, "round": run.round, "repeat": run.repeat,

@@ -26,6 +26,12 @@ class Pulled:
     error: str | None = None  # why a pull failed
     refused: str | None = None  # why its run.json was refused (another contract): the run failed
 
+    @property
+    def runner_status(self) -> str | None:
+        """What the runner said of the run (its run.json's status), kept beside the controller's verdict."""
+        status = self.record.get("status") if self.record is not None else None
+        return status if isinstance(status, str) else None
+
 
 def pull_run(session: TargetSession, remote_dir: str, local: Path, what: str, progress: Progress) -> Pulled:
     """Copy ``remote_dir`` to ``local`` and verify it, up to PULL_ATTEMPTS times; ``what`` names the run in

@@ -18,6 +18,7 @@ from typing import Any
 from harness.boards.session import TargetSession
 from harness.boards.transports.base import Transport
 from harness.boards.transports.procid import OTHER, SAME, VANISHED
+from harness.results.manifest import RunEntry
 
 INTERRUPT_GRACE_S = 20.0
 
@@ -34,7 +35,7 @@ class RecordedRunner:
         return cls(pid, transport.identify(pid) or VANISHED, marker)
 
     @classmethod
-    def from_entry(cls, entry: dict[str, Any], marker: str) -> RecordedRunner | None:
+    def from_entry(cls, entry: RunEntry, marker: str) -> RecordedRunner | None:
         pid = entry.get("runner_pid")
         return cls(int(pid), entry.get("runner_identity"), marker) if pid else None
 

@@ -4,21 +4,21 @@ measured twice."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 from harness.boards.session import TargetSession
 from harness.campaign.context import CampaignContext
 from harness.campaign.lifecycle import RunLifecycle
 from harness.campaign.plan import PlannedRun
+from harness.results.loader import read_manifest
+from harness.results.manifest import Manifest
 from harness.results.store import ResultSetWriter
 
 
-def load(ctx: CampaignContext, path: Path) -> dict[str, Any]:
+def load(ctx: CampaignContext, path: Path) -> Manifest:
     """Read the set's manifest into the campaign: its set id, its scratch, the runs to keep and to adopt."""
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = read_manifest(path)
     ctx.set_id = manifest["set_id"]
     ctx.reclaim = True  # a place our crashed controller still holds is taken back (labgrid's release-from)
     ctx.scratch = ctx.scratch or manifest.get("scratch")  # the original --scratch unless another is given
@@ -27,11 +27,10 @@ def load(ctx: CampaignContext, path: Path) -> dict[str, Any]:
     return manifest
 
 
-def reopen(path: Path, manifest: dict[str, Any]) -> ResultSetWriter:
+def reopen(path: Path, manifest: Manifest) -> ResultSetWriter:
     """The set's writer again, its manifest saying when it was resumed."""
     writer = ResultSetWriter.reopen(path, manifest)
-    writer.manifest.setdefault("resumed", []).append(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    writer.save()
+    writer.mark_resumed(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     return writer
 
 

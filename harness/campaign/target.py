@@ -16,6 +16,7 @@ from harness.campaign.lifecycle import RunLifecycle
 from harness.campaign.plan import PlannedRun
 from harness.campaign.resume import pull_finished
 from harness.errors import ExpectationError
+from harness.results.manifest import TargetFields, retry_entry
 from harness.results.store import ResultSetWriter
 
 
@@ -36,8 +37,10 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
         writer.record_files(target.name, records)
         facts = session.platform.probe(session, list(paths.values()))
         facts.update(declared.prepare_on_target(ctx, session, paths))  # declared engines built, probed
-        writer.update_target(target.name, facts=facts, deployed=session.deployed,
-                             **({"engines": session.engines} if session.engines else {}))
+        learnt = TargetFields(facts=facts, deployed=session.deployed)
+        if session.engines:
+            learnt["engines"] = session.engines
+        writer.update_target(target.name, **learnt)
         check_expectations(ctx, session, writer, facts, "before")
         perturbed: list[PlannedRun] = []
         for position, run in enumerate(todo):
@@ -113,17 +116,11 @@ def _planned_retry(writer: ResultSetWriter, target: str, original: PlannedRun, a
     """The retry's plan (the original's cell, round and cache) and its manifest entry, numbered after every run."""
     with writer.lock:
         mine = [entry for entry in writer.manifest["runs"] if entry.get("target") == target]
-        index = max(entry["index"] for entry in mine) + 1
+        index = max(entry.get("index", 0) for entry in mine) + 1
         retry = dataclasses.replace(original, index=index, run_id=f"{original.run_id}-retry{attempt}")
-        entry = next(e for e in mine if e["run_id"] == original.run_id)
-        planned = {key: entry[key] for key in _PLANNED_KEYS if key in entry}
-        writer.add_run({**planned, "run_id": retry.run_id, "index": index, "status": "pending",
-                        "retry_of": original.run_id})
+        entry = next(e for e in mine if e.get("run_id") == original.run_id)
+        writer.add_run(retry_entry(entry, retry.run_id, index))
     return retry
-
-
-# what a retry's manifest entry takes from its original's (the rest is what happened to the original)
-_PLANNED_KEYS = ("target", "step", "step_label", "engine", "cache", "round", "repeat", "params", "estimate_s")
 
 
 def record(writer: ResultSetWriter, target: str, run: PlannedRun, found: Iterator[dict[str, Any]]) -> None:
@@ -139,7 +136,11 @@ def check_expectations(ctx: CampaignContext, session: TargetSession, writer: Res
     if when == "after":
         facts = session.platform.probe(session, [])
     results = session.platform.check(ctx.experiment.expect, facts, session)
-    writer.update_target(session.target.name, **{f"expectations_{when}": [r.__dict__ for r in results]})
+    checked = [r.__dict__ for r in results]
+    if when == "before":
+        writer.update_target(session.target.name, expectations_before=checked)
+    else:
+        writer.update_target(session.target.name, expectations_after=checked)
     failed = [r for r in results if not r.ok]
     if failed:
         raise ExpectationError(f"target {session.target.name}: expectation {failed[0].name} failed {when} "

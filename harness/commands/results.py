@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import typer
@@ -26,7 +27,7 @@ def list_sets(results: Path = ResultsOpt) -> None:
         runs = rs.manifest.get("runs", [])
         ok = sum(1 for r in runs if r.get("status") == "ok")
         status = "complete" if rs.complete else "[yellow]incomplete[/]"
-        table.add_row(path.name, status, str((rs.manifest.get("experiment") or {}).get("name")), str(len(runs)),
+        table.add_row(path.name, status, str(_named(rs.manifest.get("experiment"), "name")), str(len(runs)),
                       str(ok), str(rs.manifest.get("started")))
     console.print(table)
 
@@ -39,9 +40,9 @@ def show(result_set: str = typer.Argument(..., metavar="SET"), results: Path = R
     tables = [p.stem for p in check_tables(rs)]  # a damaged table is named before anything is shown
     m = rs.manifest
     console.print(f"[bold]{rs.path}[/]  status: {'complete' if rs.complete else 'INCOMPLETE'}")
-    experiment, harness = m.get("experiment") or {}, m.get("harness") or {}
-    console.print(f"experiment {experiment.get('name')}, harness {harness.get('version')} "
-                  f"({harness.get('git_revision')}), started {m.get('started')}, ended {m.get('ended')}")
+    experiment, harness = m.get("experiment"), m.get("harness")
+    console.print(f"experiment {_named(experiment, 'name')}, harness {_named(harness, 'version')} "
+                  f"({_named(harness, 'git_revision')}), started {m.get('started')}, ended {m.get('ended')}")
     runs = rs.table("runs")
     if not runs.empty:
         counts = runs.groupby(["target", "step", "cache", "status"]).size().reset_index(name="runs")
@@ -146,3 +147,8 @@ def register(app: typer.Typer) -> None:
     app.command("query")(query)
     app.command("trend")(trend)
     app.command("upgrade")(upgrade)
+
+
+def _named(part: Mapping[str, object] | None, key: str) -> object:
+    """A field of a manifest's part that an older or hand-made set may lack (None then)."""
+    return None if part is None else part.get(key)

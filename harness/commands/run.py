@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from harness.campaign.plan import PlannedRun, build_plan
 from harness.campaign.resolve import load_resolved
 from harness.commands.common import ResultsOpt, TargetsDirOpt, console, frame_table
 from harness.errors import UsageError
-from harness.results.loader import find_result_set, load_result_set
+from harness.results.loader import find_result_set, load_result_set, read_manifest
 
 
 class RichProgress:
@@ -124,7 +123,7 @@ def run(experiment: Path = typer.Argument(None, help="experiment YAML (omit with
 def _resume_inputs(name: str, results: Path, targets_dir: Path | None) -> tuple[Path, Any, list[Any]]:
     """The incomplete set, its experiment (the original file if unchanged, else the set's copy), its targets."""
     path = find_result_set(name, results)
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = read_manifest(path)
     if manifest.get("status") == "complete":
         raise UsageError(f"{path}: the set is complete; nothing to resume")
     original = Path(manifest["experiment"]["path"])

@@ -6,6 +6,7 @@ The figures are every registered one (``harness.figures``) whose tables have row
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,13 +23,14 @@ from harness.figures.waits import wait_lines
 from harness.parsers.fio import ordered_jobs
 from harness.results.cachestate import cache_label, not_cleared
 from harness.results.loader import ResultSet, load_result_set
+from harness.results.manifest import Manifest
 from harness.results.selection import including_perturbed, perturbed_mask, perturbed_runs, usable_runs
 from harness.results.tables import BENCH, FIO, REQUESTS, RUNS
 
 MB = 1e6
 
 
-def _place_of(target: dict[str, Any]) -> str:
+def _place_of(target: Mapping[str, Any]) -> str:
     """', labgrid place orin-01 (board=orin) on host:20408' for a target locked through a labgrid coordinator."""
     lease = target.get("lease") or {}
     if lease.get("backend") != "labgrid":
@@ -38,7 +40,7 @@ def _place_of(target: dict[str, Any]) -> str:
     return f", labgrid place **{lease.get('place')}**{tags} on {lease.get('coordinator')}"
 
 
-def settings_line(manifest: dict[str, Any]) -> str:
+def settings_line(manifest: Manifest) -> str:
     exp = manifest.get("experiment", {}).get("name", "?")
     targets = ",".join(t["name"] for t in manifest.get("targets", []))
     return f"experiment {exp} · targets {targets} · harness {manifest.get('harness', {}).get('version')}"
@@ -148,7 +150,7 @@ class Report:
     not_drawn: list[NotDrawn]
 
 
-def figure_context(rs: ResultSet, out_dir: Path, manifest: dict[str, Any] | None = None) -> FigureContext:
+def figure_context(rs: ResultSet, out_dir: Path, manifest: Manifest | None = None) -> FigureContext:
     """What a set's figures are drawn from and into; the report and the notebooks build it here, alike."""
     manifest = manifest or rs.manifest
     return FigureContext(rs.table, out_dir, manifest["set_id"], settings_line(manifest),
@@ -174,7 +176,7 @@ def draw_figures(context: FigureContext, group: str | None = None) -> tuple[list
     return figures, skipped
 
 
-def render(path: Path, manifest: dict[str, Any] | None = None, include_perturbed: bool = False,
+def render(path: Path, manifest: Manifest | None = None, include_perturbed: bool = False,
            verify: bool = False) -> Report:
     """Draw a set's figures and write its report.md; what was drawn and what was not. Perturbed runs are left out
     of the summaries and figures unless ``include_perturbed`` (they are listed either way). With ``verify`` the set
@@ -197,7 +199,7 @@ def render(path: Path, manifest: dict[str, Any] | None = None, include_perturbed
     return Report(rs.path / "report.md", figures, skipped)
 
 
-def render_report(path: Path, manifest: dict[str, Any] | None = None) -> list[Path]:
+def render_report(path: Path, manifest: Manifest | None = None) -> list[Path]:
     """:func:`render`, returning the figures written."""
     return render(path, manifest).figures
 
@@ -264,10 +266,11 @@ def perturbed_lines(runs: pd.DataFrame, included: bool = False) -> list[str]:
 _MEASURED = (("foreign CPU", "foreign_cpu_pct"), ("runqueue", "runqueue_pct"), ("steal", "steal_pct"))
 
 
-def header_lines(manifest: dict[str, Any]) -> list[str]:
+def header_lines(manifest: Manifest) -> list[str]:
     """report.md's first lines. A manifest holds what its campaign knew: a field missing (a set some other tool
     wrote) reads as None, not as a KeyError that loses the whole report."""
-    experiment, harness = manifest.get("experiment") or {}, manifest.get("harness") or {}
+    experiment: Mapping[str, object] = manifest.get("experiment") or {}
+    harness: Mapping[str, object] = manifest.get("harness") or {}
     return [f"# {manifest['set_id']}", "",
             f"- experiment: `{experiment.get('name')}` (sha256 {str(experiment.get('sha256'))[:12]})",
             f"- status: **{manifest.get('status')}**, started {manifest.get('started')}, "
@@ -276,7 +279,7 @@ def header_lines(manifest: dict[str, Any]) -> list[str]:
             f"controller {(manifest.get('controller') or {}).get('host')}", ""]
 
 
-def _write_markdown(rs: ResultSet, manifest: dict[str, Any], figures: list[Path], changes: pd.DataFrame,
+def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], changes: pd.DataFrame,
                     ratios: pd.DataFrame, skipped: list[str], marked: pd.DataFrame,
                     include_perturbed: bool = False) -> None:
     runs = rs.table(RUNS.name)

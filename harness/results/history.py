@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +78,10 @@ def history_sets(sets: Sequence[Path] | None = None, results_dir: Path = Path("r
 def set_row(one: ResultSet) -> dict[str, Any]:
     """One row of the ``sets`` view."""
     manifest = one.manifest
-    harness = manifest.get("harness") or {}
+    harness: Mapping[str, object] = manifest.get("harness") or {}
     return {
         "set_id": one.set_id,
-        "experiment": (manifest.get("experiment") or {}).get("name"),
+        "experiment": manifest["experiment"]["name"] if "experiment" in manifest else None,
         "started": manifest.get("started"),  # ISO 8601 with the offset: DuckDB casts it to TIMESTAMPTZ
         "ended": manifest.get("ended"),
         "status": "complete" if one.complete else "incomplete",
@@ -90,7 +90,7 @@ def set_row(one: ResultSet) -> dict[str, Any]:
         "schema_version": manifest.get("schema_version"),
         "targets": [target["name"] for target in manifest.get("targets", [])],
         "runs": len(manifest.get("runs", [])),
-        "upgraded_from": (manifest.get("upgraded_from") or {}).get("set_id"),
+        "upgraded_from": manifest["upgraded_from"]["set_id"] if "upgraded_from" in manifest else None,
         "path": str(one.path),
     }
 

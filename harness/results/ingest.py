@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from harness.parsers.blockstat import delta as blockstat_delta
 from harness.parsers.blockstat import parse_snapshot
 from harness.results.cachestate import cache_drop_columns
 from harness.results.emulation import emulation_columns
+from harness.results.manifest import Manifest, verdict
 from harness.results.store import disk_error
 from harness.results.streamed import RunTable, StreamedTables
 from harness.results.tables import FACTS, RUNS, TABLES_DIR, table_file
@@ -34,7 +36,7 @@ Rows = list[dict[str, Any]]
 COLD_READ_SUSPECT_FRACTION = 0.05
 
 
-def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
+def run_row(planned: Mapping[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
     """One row of the ``runs`` table: plan, status, timings, entry state, cache, device deltas."""
     row: dict[str, Any] = {k: planned[k] for k in ("run_id", "index", "target", "step", "cache", "round", "repeat")}
     row["step_label"] = planned.get("step_label", planned["step"])
@@ -47,11 +49,7 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
     row["retry_of"] = planned.get("retry_of")
     if record is None:
         return row
-    # The manifest holds the campaign's verdict, which can overrule the runner's own (the watchdog failing a run
-    # the runner then recorded as interrupted, a refused run.json): the table says what the manifest says.
-    final = planned.get("status") not in (None, "planned", "running")
-    row["status"] = planned["status"] if final else record.get("status", row["status"])
-    row["error"] = planned.get("error") if final else record.get("error")
+    row["status"], row["error"] = verdict(planned, record)  # the controller's (RunEntry.status), one owner
     started, ended = record.get("step_started"), record.get("step_ended")
     row["started_wall"] = (record.get("started") or {}).get("wall")
     if started and ended:
@@ -79,17 +77,26 @@ def run_row(planned: dict[str, Any], record: dict[str, Any] | None) -> dict[str,
             row["dev_read_bytes_per_s"] = moved["read_bytes"] / seconds
     row.update(emulation_columns(record))  # emu_*: effective limits and cgroup stats of an emulated run
     row.update(measure_columns(record.get("interference")))  # contract 1.0 has none: empty columns
-    for usage in (record.get("rusage") or {}).values():
-        for key, value in usage.items():
-            row[f"proc_{key}"] = value
-        break  # the step's main process
+    for key, value in main_rusage(record).items():
+        row[f"proc_{key}"] = value
     row["cold_read_suspect"] = bool(
         row["cache"] == "cold" and row["status"] == "ok" and file_bytes and row.get("dev_read_bytes") is not None
         and row["step"] == "read" and row["dev_read_bytes"] < COLD_READ_SUSPECT_FRACTION * file_bytes)
     return row
 
 
-def ingest_run(raw_dir: Path, planned: dict[str, Any]) -> dict[str, Rows | RunTable]:
+def main_rusage(record: dict[str, Any]) -> dict[str, Any]:
+    """The rusage of the step's own process: the one run.json names ``main_process``. A record written before
+    runners named it (or a step that spawned nothing itself, equivalence's sides) has its first entry, as
+    ingest always took it (the first process reaped)."""
+    usage: dict[str, dict[str, Any]] = record.get("rusage") or {}
+    named = record.get("main_process")
+    if isinstance(named, str) and named in usage:
+        return usage[named]
+    return next(iter(usage.values()), {})
+
+
+def ingest_run(raw_dir: Path, planned: Mapping[str, Any]) -> dict[str, Rows | RunTable]:
     """All table rows one run contributes (a table a collector read column-wise, as a RunTable)."""
     record_path = raw_dir / "run.json"
     try:
@@ -134,7 +141,7 @@ def _frame(rows: Rows) -> pd.DataFrame:
     return frame
 
 
-def write_tables(set_path: Path, manifest: dict[str, Any]) -> dict[str, int]:
+def write_tables(set_path: Path, manifest: Manifest) -> dict[str, int]:
     """(Re)build every table of a result set from its raw directories; return row counts."""
     tables: dict[str, Rows] = {RUNS.name: []}
     streamed = StreamedTables(set_path)  # written run by run: an hour of thread samples is 11.5 M rows

@@ -6,20 +6,21 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:  # pandas loads with the first table read: commands that only find a set start fast
     import pandas as pd
 
 from harness.errors import ResultSetError
 from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION, checksums
+from harness.results.manifest import Manifest
 from harness.results.tables import TABLES_DIR, table_file
 
 
 @dataclass
 class ResultSet:
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     # checked against its SHA256SUMS when loaded for a decision; None: not checked, or the set has none
     verified: bool | None = None
@@ -86,6 +87,17 @@ def load_result_set(path: Path, *, verify: bool = False) -> ResultSet:
     """The set at ``path``, its manifest checked (an object, this schema, the fields readers index). With
     ``verify`` (a set read for a decision: report, compare, gate) it must also match its SHA256SUMS."""
     path = Path(path)
+    one = ResultSet(path, read_manifest(path))
+    if verify:
+        verify_set(one)
+    return one
+
+
+def read_manifest(path: Path) -> Manifest:
+    """The manifest of the set at ``path``, checked (an object, this schema, the fields readers index): the one
+    read of ``manifest.json`` (the campaign's --resume and --confirm read it here too, so an old or damaged set
+    is one line before anything indexes it)."""
+    path = Path(path)
     manifest_path = path / "manifest.json"
     if not manifest_path.exists():
         raise ResultSetError(f"{path}: not a result set (no manifest.json)")
@@ -101,10 +113,7 @@ def load_result_set(path: Path, *, verify: bool = False) -> ResultSet:
                 else "it was written by a newer harness; upgrade harness to read it")
         raise ResultSetError(f"{path}: schema_version {version!r}, this harness reads {SCHEMA_VERSION}: {hint}")
     _check_fields(manifest_path, manifest)
-    one = ResultSet(path, manifest)
-    if verify:
-        verify_set(one)
-    return one
+    return cast(Manifest, manifest)  # its shape checked above: what readers index is there
 
 
 # What readers index without looking (manifest["experiment"]["name"], run["run_id"], ...): checked once here.
@@ -157,10 +166,15 @@ def verify_set(one: ResultSet) -> None:
     one.verified = True
 
 
+def is_result_set(path: Path) -> bool:
+    """Whether ``path`` holds a set (its manifest), read or not."""
+    return (path / "manifest.json").exists()
+
+
 def find_result_set(name: str, results_dir: Path) -> Path:
     """A set by path, by id, or by a unique id prefix/suffix inside ``results_dir``."""
     direct = Path(name)
-    if (direct / "manifest.json").exists():
+    if is_result_set(direct):
         return direct
     candidates = [p for p in list_result_sets(results_dir) if p.name == name or p.name.startswith(name)
                   or name in p.name]
@@ -177,4 +191,4 @@ def find_result_set(name: str, results_dir: Path) -> Path:
 def list_result_sets(results_dir: Path) -> list[Path]:
     if not results_dir.is_dir():
         return []
-    return sorted(p for p in results_dir.iterdir() if (p / "manifest.json").exists())
+    return sorted(p for p in results_dir.iterdir() if is_result_set(p))

@@ -20,11 +20,14 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from typing_extensions import Unpack  # typing has it from 3.11; the project supports older Pythons
 
 from harness import __version__
 from harness.errors import ResultSetError
 from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION, checksums
+from harness.results.manifest import Manifest, RunEntry, RunFields, TargetEntry, TargetFields
 
 
 def new_set_id(experiment_name: str, experiment_text: str, when: dt.datetime | None = None) -> str:
@@ -60,10 +63,10 @@ class ResultSetWriter:
             raise ResultSetError(f"{results_dir}: results directory is not writable ({exc.strerror})") from None
         for sub in ("raw", "tables", "figures"):
             (self.path / sub).mkdir()
-        self.manifest: dict[str, Any] = {}
+        self.manifest: Manifest = {"schema_version": SCHEMA_VERSION, "set_id": set_id}
 
     @classmethod
-    def reopen(cls, path: Path, manifest: dict[str, Any]) -> ResultSetWriter:
+    def reopen(cls, path: Path, manifest: Manifest) -> ResultSetWriter:
         """The writer of an existing incomplete set, for --resume: nothing is made (the set exists)."""
         writer = cls.__new__(cls)
         writer._name(path.parent, manifest["set_id"])
@@ -79,7 +82,7 @@ class ResultSetWriter:
         self.lock = threading.RLock()
 
     def start(self, *, experiment_name: str, experiment_path: Path, experiment_text: str,
-              targets: list[dict[str, Any]], plan: list[dict[str, Any]]) -> None:
+              targets: list[TargetEntry], plan: list[RunEntry]) -> None:
         repo = Path(__file__).resolve().parents[2]
         self.manifest = {
             "schema_version": SCHEMA_VERSION,
@@ -114,33 +117,51 @@ class ResultSetWriter:
                 tmp.unlink(missing_ok=True)
                 raise disk_error(exc, self.path) from None
 
-    def update_run(self, run_id: str, *, target: str | None = None, **fields: Any) -> None:
+    def update_run(self, run_id: str, *, target: str | None = None, **fields: Unpack[RunFields]) -> None:
         """Update a run's entry and save. Run ids repeat across targets: with ``target`` only that target's
         entry changes (without it, every entry with the id)."""
         with self.lock:
             for run in self.manifest["runs"]:
                 if run["run_id"] == run_id and target in (None, run.get("target")):
-                    run.update(fields)
+                    run.update(cast(RunEntry, fields))  # RunFields is a part of RunEntry (mypy wants every key)
             self.save()
 
-    def add_run(self, entry: dict[str, Any]) -> None:
+    def run_entry(self, run_id: str, target: str) -> RunEntry:
+        """A target's run entry by its id (an empty one when the manifest has none)."""
+        with self.lock:
+            return next((run for run in self.manifest["runs"] if run.get("run_id") == run_id
+                         and run.get("target") == target), RunEntry())
+
+    def add_run(self, entry: RunEntry) -> None:
         """Add a run the plan did not have (a perturbed run measured again) and save."""
         with self.lock:
             self.manifest["runs"].append(entry)
             self.save()
 
-    def update_target(self, name: str, **fields: Any) -> None:
+    def update_target(self, name: str, /, **fields: Unpack[TargetFields]) -> None:
         """Update a target's entry (facts, expectations, what was deployed) and save."""
         with self.lock:
             for entry in self.manifest["targets"]:
                 if entry["name"] == name:
-                    entry.update(fields)
+                    entry.update(cast(TargetEntry, fields))  # the same: TargetFields is a part
             self.save()
 
     def record_files(self, target: str, records: dict[str, Any]) -> None:
         """Record the named data files a target's runs read (path, size, created or not) and save."""
         with self.lock:
             self.manifest["files"][target] = records
+            self.save()
+
+    def mark_resumed(self, when: str) -> None:
+        """Say in the manifest when the set was resumed (``resumed``: every time, in order) and save."""
+        with self.lock:
+            self.manifest.setdefault("resumed", []).append(when)
+            self.save()
+
+    def mark_confirms(self, set_id: str, rounds: int) -> None:
+        """Say which set this one confirms (``harness gate --confirm``), with how many rounds, and save."""
+        with self.lock:
+            self.manifest["confirms"] = {"set_id": set_id, "rounds": rounds}
             self.save()
 
     def raw_dir(self, target: str, run_id: str) -> Path:
