@@ -29,6 +29,6 @@ from harness.parsers import (  # noqa: F401  (each registers its parsers)
     snapshots,
     tegrastats,
 )
-from harness.parsers.base import PARSERS, ParseError, Parser, parse
+from harness.parsers.base import PARSERS, ParseError, Parser, parse, parser_of
 
-__all__ = ["PARSERS", "ParseError", "Parser", "parse"]
+__all__ = ["PARSERS", "ParseError", "Parser", "parse", "parser_of"]
