@@ -22,7 +22,6 @@ from harness.parsers import (  # noqa: F401  (each registers its parsers)
     llama_bench,
     llama_server,
     macos,
-    membw,
     nvpmodel,
     offcpu,
     sampler,
