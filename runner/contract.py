@@ -6,12 +6,12 @@ meaning of a key. A reader refuses a document of another major version with one 
 runner refuses such a spec (run.json says why, with status "failed"), the controller such a record. A document
 without ``contract`` is "0.0": it was written before the contract existed.
 
-The TypedDicts describe the keys (Python 3.8 ``typing.TypedDict``; nothing checks them at run time). The
-controller builds the spec in harness/campaign/spec.py (``build_spec``), the runner writes the record in
-runner/agent.py.
+The TypedDicts describe the keys (Python 3.8 ``typing.TypedDict``; nothing checks them at run time, the type
+checker does not see them yet: ``build_spec`` still returns a plain dict). The controller builds the spec in
+harness/campaign/spec.py (``build_spec``), the runner writes the record in runner/agent.py.
 """
 
-from typing import Any, Dict, List, Optional, TypedDict, Union
+from typing import Any, Dict, List, Optional, TypedDict
 
 CONTRACT_VERSION = "1.2"  # 1.1: run.json "interference"; 1.2: "left_running_stopped"
 
@@ -25,13 +25,13 @@ WARM_MIN_PCT = 99.0  # warm: at least 99 %
 _DOCUMENTS = {"runner": "run spec", "controller": "run record"}  # what each reader reads
 
 
-def _major(version):
+def _major(version: object) -> Optional[int]:
     """The major number of "major.minor" (None: missing, "0.0"), or None when it is not one."""
     head = ("0.0" if version is None else str(version)).split(".", 1)[0].strip()
     return int(head) if head.isdigit() else None
 
 
-def incompatible(version, reader):
+def incompatible(version: object, reader: str) -> Optional[str]:
     """None when ``version`` (a document's ``contract``; None when it has none) has this contract's major
     version, otherwise one line naming both versions.
 
@@ -40,8 +40,8 @@ def incompatible(version, reader):
     if _major(version) == _major(CONTRACT_VERSION):
         return None
     shown = "0.0" if version is None else str(version)
-    return "%s contract %s is not readable by this %s (contract %d.x): deploy the matching runner" % (
-        _DOCUMENTS.get(reader, "document"), shown, reader, _major(CONTRACT_VERSION))
+    return "%s contract %s is not readable by this %s (contract %s.x): deploy the matching runner" % (
+        _DOCUMENTS.get(reader, "document"), shown, reader, CONTRACT_VERSION.split(".", 1)[0])
 
 
 # ----------------------------------------------------------------------------------------------- run spec
@@ -70,50 +70,12 @@ class EngineLocation(TypedDict, total=False):
     commit: Optional[str]
 
 
-class FioStep(TypedDict):
-    kind: str  # "fio"
-    file: str
-    jobs: List[Dict[str, Any]]  # fio options by job, each with "name"; readonly=1 always
-    timeout_s: float
-
-
-class ReadStep(TypedDict):
-    kind: str  # "read"
-    file: str
-    pattern: str  # "seq" or "rand"
-    bs_bytes: int
-    seed: int  # the random block permutation's seed
-    timeout_s: float
-
-
-class LlamaBenchStep(TypedDict):
-    kind: str  # "llama-bench"
-    model: str  # the GGUF file on the target
-    args: List[Any]  # llama-bench arguments after -m MODEL
-    timeout_s: float
-
-
-class LlamaServerStep(TypedDict):
-    kind: str  # "llama-server"
-    model: str
-    args: List[Any]  # llama-server arguments after -m MODEL --host --port
-    prompts: List[str]
-    n_predict: int
-    requests_per_prompt: int
-    cache: str  # each request's cache condition: cold, warm or none
-    request: Dict[str, Any]  # extra /completion body keys
-    health_timeout_s: float
-    decode_window: Optional[List[int]]  # [a, b]: tokens a..b are snapshotted as the decode window
-    timeout_s: float
-
-
-StepSpec = Union[FioStep, ReadStep, LlamaBenchStep, LlamaServerStep]
-
-
 class _RunSpecKeys(TypedDict):
     run_id: str
     cache: str  # cold, warm or none: the state the cache files are brought into before the step
-    step: StepSpec  # what the step does: runner.steps.registry.STEPS[step["kind"]]
+    # what the step does: {"kind": ..., the kind's own keys}; a kind's keys are what its controller side's
+    # runner_spec returns (harness/steps/<kind>.py) and its runner side reads (runner.steps.registry.STEPS[kind])
+    step: Dict[str, Any]
 
 
 class RunSpec(_RunSpecKeys, total=False):

@@ -19,11 +19,10 @@ __all__ = ["load_target", "load_targets", "select_targets", "targets_of_set", "w
 def load_target(path: Path) -> Target:
     target, doc = read_target(path)
     if target.platform not in PLATFORMS:
-        raise doc.error(("platform",), f"unknown platform {target.platform!r} (known: {', '.join(PLATFORMS)})")
+        raise doc.error(("platform",), PLATFORMS.unknown_message(target.platform))
     kind = TRANSPORTS.get(target.transport_kind)
     if kind is None:
-        raise doc.error(("transport",), f"unknown transport {target.transport_kind!r} "
-                        f"(known: {', '.join(TRANSPORTS)})")
+        raise doc.error(("transport",), TRANSPORTS.unknown_message(target.transport_kind))
     if target.labgrid is not None and kind.name != "ssh":
         raise doc.error(("labgrid",), f"a labgrid place is reached over ssh, not {kind.name!r} "
                         "(leave transport out, or give ssh: {key: ..., known_hosts: ...})")

@@ -28,6 +28,7 @@ from harness.errors import TargetError
 
 DEFAULT_TTL_S = 60.0
 DEFAULT_WAIT_S = 300.0
+BACKEND = "board-lock-file"  # the backend's name in the manifest (BoardLockFile.name)
 POLL_S = 0.2
 
 # Target side (only python3 needed: no mkdir/touch/rm, which a minimal PATH may lack).
@@ -164,7 +165,10 @@ def describe(lease: dict[str, Any], now: float | None = None) -> str:
 
 
 @dataclass
-class Lease:
+class BoardFileLease:
+    """The board's lock file, held (a ``HeldLease`` of ``harness.boards.lease_backends``): renewed by its heartbeat
+    thread, which also reports a lost lease as it happens."""
+
     transport: Transport
     target_name: str
     python: str
@@ -172,7 +176,7 @@ class Lease:
     token: str
     holder_pid: int
     ttl_s: float
-    record: dict[str, Any]
+    info: dict[str, Any]  # what lease.json says about us: owner, host, pid, campaign, taken
     on_event: Callable[[str], None] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -192,6 +196,13 @@ class Lease:
 
         self._thread = threading.Thread(target=beat, name=f"lease-{self.target_name}", daemon=True)
         self._thread.start()
+
+    def check(self) -> None:
+        return None  # a lost lock file is reported by the heartbeat as it happens
+
+    def record(self) -> dict[str, Any]:
+        return {"backend": BACKEND, "token": self.token, "owner": self.info.get("owner"),
+                "host": self.info.get("host")}
 
     def release(self) -> None:
         """Stop renewing and end our holder; a lease someone else holds now is left alone."""
@@ -225,7 +236,7 @@ def break_lease(transport: Transport, python: str, workdir: str) -> dict[str, An
 
 def acquire(transport: Transport, *, target_name: str, python: str, workdir: str, campaign: str,
             wait_s: float = DEFAULT_WAIT_S, ttl_s: float = DEFAULT_TTL_S,
-            on_wait: Any = None) -> Lease:
+            on_wait: Any = None) -> BoardFileLease:
     """Take the board's lease, waiting up to ``wait_s`` for another holder; TargetError says who holds it."""
     directory = lease_dir(workdir)
     record = {"owner": getpass.getuser(), "host": socket.gethostname(), "pid": os.getpid(), "campaign": campaign,
@@ -240,7 +251,8 @@ def acquire(transport: Transport, *, target_name: str, python: str, workdir: str
         answer = _holder_answer(transport, pid, log)
         state = _program(transport, python, directory, "show", os.path.basename(log))  # also drops the answer
         if answer == "held":
-            lease = Lease(transport, target_name, python, directory, token, pid, ttl_s, record, on_event=on_wait)
+            lease = BoardFileLease(transport, target_name, python, directory, token, pid, ttl_s, record,
+                                   on_event=on_wait)
             lease.start_heartbeat()
             return lease
         holder = state.get("lease")

@@ -1,13 +1,14 @@
 """Who may use a board: one ``LeaseBackend`` protocol, chosen per target.
 
 - ``BoardLockFile`` (the default, for a desk of boards without a coordinator): the lock file on the board itself,
-  taken over the board's transport (``harness.boards.lease``).
+  taken over the board's transport; held, it is a ``harness.boards.lease.BoardFileLease``.
 - ``LabgridPlace`` (``labgrid:`` in the target, for a shared lab): the place reserved and locked through a labgrid
-  coordinator (``harness.boards.labgrid_lease``); the board's lock file is still taken after it, as a second guard
-  against controllers that bypass labgrid.
+  coordinator (``harness.boards.labgrid_lease``); held, it is a ``PlaceLease``; the board's lock file is still
+  taken after it, as a second guard against controllers that bypass labgrid.
 
 ``take`` returns the board reached and held: the target as resolved (a labgrid place knows the address), its open
-transport, and the lease to ``check`` between runs and ``release`` in every exit path.
+transport, and the lease (a ``HeldLease``) to ``check`` between runs, ``release`` in every exit path and ``record``
+into the manifest.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from harness.boards.inventory import wants_lease
+from harness.boards.lease import BACKEND, acquire
 from harness.boards.transports import Transport, connect
 from harness.config.target import Target
 
@@ -48,30 +50,11 @@ class LeaseBackend(Protocol):
         back a lease this user and host left behind when its controller died."""
 
 
-class BoardFileLease:
-    """``harness.boards.lease.Lease`` behind the protocol: renewed by its heartbeat thread, checked by it too."""
-
-    def __init__(self, lease: Any) -> None:
-        self.lease = lease
-
-    def check(self) -> None:
-        return None  # a lost lock file is reported by the heartbeat as it happens (unchanged behaviour)
-
-    def release(self) -> None:
-        self.lease.release()
-
-    def record(self) -> dict[str, Any]:
-        return {"backend": BoardLockFile.name, "token": self.lease.token, "owner": self.lease.record.get("owner"),
-                "host": self.lease.record.get("host")}
-
-
 class BoardLockFile:
-    name = "board-lock-file"
+    name = BACKEND
 
     def take(self, target: Target, *, campaign: str, wait_s: float, on_wait: Callable[[str], None] | None,
              reclaim: bool = False) -> Held:
-        from harness.boards.lease import acquire
-
         transport = connect(target)
         if not wants_lease(target):
             return Held(target, transport, None)
@@ -81,4 +64,4 @@ class BoardLockFile:
         except BaseException:
             transport.close()
             raise
-        return Held(target, transport, BoardFileLease(lease))
+        return Held(target, transport, lease)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.boards.labgrid_lease import LabgridPlace, resolve_unlocked
-from harness.boards.lease_backends import BoardLockFile, Held, LeaseBackend
+from harness.boards.lease_backends import BoardLockFile, Held, HeldLease, LeaseBackend
 from harness.boards.platforms import PLATFORMS, Platform
 from harness.boards.transports import Transport, connect
 from harness.config.target import Target
@@ -29,7 +29,7 @@ class TargetSession:
     runner_root: str  # the directory that holds the runner package on the target
     native_bin: str
     deployed: dict[str, Any] | None = None  # what harness.boards.deploy pushed and built (for the manifest)
-    lease: Any = None  # harness.boards.lease_backends.HeldLease held while this session lives
+    lease: HeldLease | None = None  # held while this session lives
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)  # engine name -> build record (on the board)
     models: dict[str, str] = field(default_factory=dict)  # file name -> path of a pushed synthetic model
 

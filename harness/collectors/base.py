@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from harness.config.validate import StrictModel, validate
 from harness.parsers import parse
+from harness.registry import Registry, RegistryError, check_implemented, origin
 
 Rows = list[dict[str, Any]]
 
@@ -33,11 +34,16 @@ class CollectorKind:
         return {self.table: parse(self.parser, raw.read_bytes())}
 
 
-COLLECTORS: dict[str, CollectorKind] = {}
+COLLECTORS: Registry[CollectorKind] = Registry("collector")
+_DECLARED = ("name", "Config", "table", "raw_file", "parser")  # what every collector class says (its ClassVars)
 
 
 def register_collector(cls: type[CollectorKind]) -> type[CollectorKind]:
-    COLLECTORS[cls.name] = cls()
+    check_implemented(cls, "collector")
+    missing = [attr for attr in _DECLARED if not hasattr(cls, attr)]
+    if missing:
+        raise RegistryError(f"collector {origin(cls)} does not declare {', '.join(missing)}")
+    COLLECTORS.add(cls.name, cls(), cls)
     return cls
 
 
@@ -45,7 +51,7 @@ def collector_configs(experiment: Any, doc: Any) -> dict[str, StrictModel]:
     configs: dict[str, StrictModel] = {}
     for name, options in experiment.collectors().items():
         if name not in COLLECTORS:
-            raise doc.error(("collect", name), f"unknown collector {name!r} (known: {', '.join(COLLECTORS)})")
+            raise doc.error(("collect", name), COLLECTORS.unknown_message(name))
         configs[name] = validate(COLLECTORS[name].Config, options, doc, ("collect", name))
     return configs
 

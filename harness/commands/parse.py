@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from harness.errors import UsageError
-from harness.parsers import PARSERS, ParseError
+from harness.parsers import ParseError, parser_of
 from harness.parsers import parse as run_parser
 from harness.parsers.snapshots import parse_psi_file
 
@@ -19,8 +19,10 @@ def parse(kind: str = typer.Argument(..., help="parser kind (fio, blockstat, teg
           file: Path = typer.Argument(..., help="captured output; '-' for stdin"),
           fmt: str = typer.Option("json", "--format", help="json (array of objects) or csv")) -> None:
     """Print the tidy rows a parser reads from FILE."""
-    if kind not in PARSERS:
-        raise UsageError(f"unknown kind {kind!r} (known: {', '.join(sorted(PARSERS))})")
+    try:  # before the file is read: a wrong kind is said as such, whatever the file
+        parser_of(kind)
+    except ParseError as exc:
+        raise UsageError(str(exc)) from None
     if fmt not in ("json", "csv"):
         raise UsageError(f"--format: expected json or csv, got {fmt!r}")
     try:

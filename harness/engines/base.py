@@ -8,16 +8,21 @@ board, into the board's cache. Both builds are cached by what determines the bin
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.config.experiment import EngineSpec
+from harness.registry import Registry, check_implemented
 
 Say = Callable[[str], None]
 
 
-class Engine:
+class Engine(ABC):
+    """A kind of engine; ``build`` and ``build_on_target`` are what every engine must provide (checked when
+    it registers), the rest has a default."""
+
     name: ClassVar[str]
     default_source: ClassVar[dict[str, str]]  # where the source comes from when the experiment says nothing
     default_flags: ClassVar[tuple[str, ...]] = ()  # build flags when the experiment gives none
@@ -38,22 +43,23 @@ class Engine:
         An engine the experiment marks ``optional`` is then left out, with its steps, in one line."""
         return None
 
+    @abstractmethod
     def build(self, spec: EngineSpec, experiment_dir: Path, cache_dir: Path, say: Say) -> Any:
         """Build on this machine (or take the cached build); a record with ``to_dict()``, ``key``, ``dir``,
         ``cached`` and ``binaries``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def build_on_target(self, session: Any, spec: EngineSpec, experiment_dir: Path, sources_cache: Path,
                         say: Say) -> dict[str, Any]:
         """Build on the session's board (or find it built there); the board's build record."""
-        raise NotImplementedError
 
 
-ENGINES: dict[str, Engine] = {}
+ENGINES: Registry[Engine] = Registry("engine")
 
 
 def register_engine(cls: type[Engine]) -> type[Engine]:
-    ENGINES[cls.name] = cls()
+    check_implemented(cls, "engine")
+    ENGINES.add(cls.name, cls(), cls)
     return cls
 
 
@@ -61,4 +67,4 @@ def check_engines(experiment: Any, doc: Any) -> None:
     """Every engine the experiment configures is one the harness knows."""
     for name in experiment.engine:
         if name not in ENGINES:
-            raise doc.error(("engine", name), f"unknown engine {name!r} (known: {', '.join(sorted(ENGINES))})")
+            raise doc.error(("engine", name), ENGINES.unknown_message(name))

@@ -22,6 +22,7 @@ import pandas as pd  # noqa: E402
 
 from harness import __version__  # noqa: E402
 from harness.figures.layout import plain  # noqa: E402
+from harness.registry import Registry  # noqa: E402
 from harness.results.emulation import emulation_note  # noqa: E402
 from harness.results.tables import Table  # noqa: E402
 
@@ -65,7 +66,7 @@ class Figure:
         return None
 
 
-FIGURES: dict[str, Figure] = {}
+FIGURES: Registry[Figure] = Registry("figure")
 
 
 def register_figure(name: str, needs: tuple[Table, ...], needs_any: tuple[Table, ...] = (),
@@ -74,7 +75,8 @@ def register_figure(name: str, needs: tuple[Table, ...], needs_any: tuple[Table,
     ``needs`` have rows."""
 
     def register(draw: Draw) -> Draw:
-        FIGURES[name] = Figure(name, tuple(t.name for t in needs), draw, tuple(t.name for t in needs_any), group)
+        figure = Figure(name, tuple(t.name for t in needs), draw, tuple(t.name for t in needs_any), group)
+        FIGURES.add(name, figure, draw)
         return draw
 
     return register

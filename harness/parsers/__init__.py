@@ -22,13 +22,12 @@ from harness.parsers import (  # noqa: F401  (each registers its parsers)
     llama_bench,
     llama_server,
     macos,
-    membw,
     nvpmodel,
     offcpu,
     sampler,
     snapshots,
     tegrastats,
 )
-from harness.parsers.base import PARSERS, ParseError, Parser, parse
+from harness.parsers.base import PARSERS, ParseError, Parser, parse, parser_of
 
-__all__ = ["PARSERS", "ParseError", "Parser", "parse"]
+__all__ = ["PARSERS", "ParseError", "Parser", "parse", "parser_of"]

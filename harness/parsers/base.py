@@ -2,13 +2,15 @@
 
 A parser is a pure function from a tool's captured bytes to tidy rows; it registers itself under one
 or more kinds with :func:`register_parser`. Parsers import nothing but the standard library, this
-module and their own helpers (``_common``).
+module, their own helpers (``_common``) and the generic registry (``harness.registry``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from harness.registry import Registry
 
 Rows = list[dict[str, Any]]
 Parser = Callable[[bytes], Rows]
@@ -22,7 +24,7 @@ class ParseError(ValueError):
         super().__init__(f"line {line}: {message}" if line is not None else message)
 
 
-PARSERS: dict[str, Parser] = {}
+PARSERS: Registry[Parser] = Registry("kind", unknown=ParseError)
 
 
 def register_parser(*kinds: str) -> Callable[[Parser], Parser]:
@@ -30,15 +32,17 @@ def register_parser(*kinds: str) -> Callable[[Parser], Parser]:
 
     def register(parser: Parser) -> Parser:
         for kind in kinds:
-            PARSERS[kind] = parser
+            PARSERS.add(kind, parser, parser)
         return parser
 
     return register
 
 
+def parser_of(kind: str) -> Parser:
+    """The parser of ``kind``; an unknown kind is a ParseError listing the known ones (the one place that says so)."""
+    return PARSERS.get_or_raise(kind)
+
+
 def parse(kind: str, data: bytes) -> Rows:
     """Parse ``data`` as ``kind``; an unknown kind is a ParseError listing the known ones."""
-    parser = PARSERS.get(kind)
-    if parser is None:
-        raise ParseError(f"unknown kind {kind!r} (known: {', '.join(sorted(PARSERS))})")
-    return parser(data)
+    return parser_of(kind)(data)

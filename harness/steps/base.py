@@ -9,15 +9,20 @@ the runner produced into table rows. The target side lives in ``runner/steps``.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.config.validate import StrictModel
+from harness.registry import Registry, check_implemented
 
 Rows = list[dict[str, Any]]
 
 
-class StepKind:
+class StepKind(ABC):
+    """A kind of step; ``estimate_s`` and ``runner_spec`` are what every kind must say (checked when it
+    registers), the rest has a default."""
+
     name: ClassVar[str]
     Config: ClassVar[type[StrictModel]]
     required_tools: ClassVar[tuple[str, ...]] = ()  # programs the target must have for this step
@@ -45,22 +50,25 @@ class StepKind:
         """Why this step's program cannot be given ``path`` (a file it reads), or None."""
         return None
 
+    @abstractmethod
     def estimate_s(self, config: Any, file_sizes: dict[str, int]) -> float:
-        raise NotImplementedError
+        """Seconds one run of this step with ``config`` takes (the plan's estimate)."""
 
+    @abstractmethod
     def runner_spec(self, config: Any, files: dict[str, str], cache: str) -> dict[str, Any]:
-        raise NotImplementedError
+        """The step's part of the runner's spec: concrete options, files by path, the cache condition."""
 
     def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
         """Table rows from one run directory (``run_id`` is added by the caller)."""
         return {}
 
 
-STEPS: dict[str, StepKind] = {}
+STEPS: Registry[StepKind] = Registry("step")
 
 
 def register_step(cls: type[StepKind]) -> type[StepKind]:
-    STEPS[cls.name] = cls()
+    check_implemented(cls, "step")
+    STEPS.add(cls.name, cls(), cls)
     return cls
 
 
@@ -86,7 +94,7 @@ def check_steps(experiment: Any, doc: Any) -> None:
                                  "(optionally with over: [matrix keys] and cache:)")
         kind = kinds[0]
         if kind not in STEPS:
-            raise doc.error(loc + (kind,), f"unknown step {kind!r} (known: {', '.join(sorted(STEPS))})")
+            raise doc.error(loc + (kind,), STEPS.unknown_message(kind))
         config = item[kind]
         if config is not None and not isinstance(config, dict):
             raise doc.error(loc + (kind,), "expected a mapping of step options")

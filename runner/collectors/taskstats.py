@@ -209,12 +209,3 @@ def open_taskstats():
         return None, "taskstats: %s" % exc
     return client, None
 
-
-def capture_reply(tid):
-    """The raw bytes of one TASKSTATS_CMD_GET reply datagram for ``tid`` (for tests/data/taskstats)."""
-    client = Taskstats()
-    try:
-        client.request([tid])
-        return client.sock.recv(65536)
-    finally:
-        client.close()

@@ -9,11 +9,13 @@ read back, never assumed: the seed article's board said MAXN_SUPER while its clo
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from harness.errors import TargetError
+from harness.registry import Registry, check_implemented
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,10 @@ class ExpectationResult:
     message: str
 
 
-class Platform:
+class Platform(ABC):
+    """A kind of machine; ``check`` is what every platform must provide (checked when it registers), ``probe``
+    has a default."""
+
     name: ClassVar[str]
     expectations: ClassVar[dict[str, str]] = {}  # name -> what it checks (for errors and docs)
 
@@ -41,15 +46,17 @@ class Platform:
         except ValueError:
             raise TargetError(f"target {session.target.name}: the runner's probe printed no JSON") from None
 
+    @abstractmethod
     def check(self, expect: dict[str, Any], facts: dict[str, Any], session: Any) -> list[ExpectationResult]:
-        raise NotImplementedError
+        """Each expectation of ``expect`` checked against the probed ``facts``."""
 
 
-PLATFORMS: dict[str, Platform] = {}
+PLATFORMS: Registry[Platform] = Registry("platform")
 
 
 def register_platform(cls: type[Platform]) -> type[Platform]:
-    PLATFORMS[cls.name] = cls()
+    check_implemented(cls, "platform")
+    PLATFORMS.add(cls.name, cls(), cls)
     return cls
 
 

@@ -27,7 +27,7 @@ def kind_of(target: Any) -> TransportKind:
     """The registered kind of a target's transport; one line naming the known ones otherwise."""
     kind = target.transport_kind
     if kind not in TRANSPORTS:
-        raise TargetError(f"target {target.name}: transport {kind!r} is not available (known: {', '.join(TRANSPORTS)})")
+        raise TargetError(f"target {target.name}: transport {kind!r} is not available (known: {TRANSPORTS.known()})")
     return TRANSPORTS[kind]
 
 

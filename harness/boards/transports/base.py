@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.errors import TargetError
+from harness.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -89,14 +90,14 @@ class TransportKind:
     has_host_key: bool = False
 
 
-TRANSPORTS: dict[str, TransportKind] = {}
+TRANSPORTS: Registry[TransportKind] = Registry("transport")
 
 
 def register_transport(name: str, **declared: Any) -> Callable[[Callable[[Any], Transport]],
                                                                  Callable[[Any], Transport]]:
     """``@register_transport("ssh", options=SshOptions, has_host_key=True)`` on the function opening one."""
     def decorate(factory: Callable[[Any], Transport]) -> Callable[[Any], Transport]:
-        TRANSPORTS[name] = TransportKind(name, factory, **declared)
+        TRANSPORTS.add(name, TransportKind(name, factory, **declared), factory)
         return factory
     return decorate
 
