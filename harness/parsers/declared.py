@@ -62,7 +62,7 @@ def _lines(text: str, after: str | None) -> Iterator[tuple[int, str]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if started:
             yield number, line
-        elif after in line:
+        elif after is not None and after in line:
             started = True
 
 
@@ -78,7 +78,7 @@ def _matches(text: str, rule: dict[str, Any]) -> Iterator[dict[str, Any]]:
             found = pattern.search(line)
             if found:
                 yield found.groupdict()
-        elif line.startswith(prefix):
+        elif prefix is not None and line.startswith(prefix):  # (a rule is csv, regex or json_prefix)
             try:
                 obj = json.loads(line[len(prefix):])
             except json.JSONDecodeError as exc:
