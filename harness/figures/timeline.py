@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib.axes import Axes
-from matplotlib.text import Annotation
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.text import Annotation
 
 from harness.figures.base import MB, FigureContext, register_figure
 from harness.figures.layout import hide_overlapping
