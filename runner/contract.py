@@ -18,13 +18,13 @@ CONTRACT_VERSION = "1.2"  # 1.1: run.json "interference"; 1.2: "left_running_sto
 _DOCUMENTS = {"runner": "run spec", "controller": "run record"}  # what each reader reads
 
 
-def _major(version):
+def _major(version: object) -> Optional[int]:
     """The major number of "major.minor" (None: missing, "0.0"), or None when it is not one."""
     head = ("0.0" if version is None else str(version)).split(".", 1)[0].strip()
     return int(head) if head.isdigit() else None
 
 
-def incompatible(version, reader):
+def incompatible(version: object, reader: str) -> Optional[str]:
     """None when ``version`` (a document's ``contract``; None when it has none) has this contract's major
     version, otherwise one line naming both versions.
 
@@ -33,7 +33,7 @@ def incompatible(version, reader):
     if _major(version) == _major(CONTRACT_VERSION):
         return None
     shown = "0.0" if version is None else str(version)
-    return "%s contract %s is not readable by this %s (contract %d.x): deploy the matching runner" % (
+    return "%s contract %s is not readable by this %s (contract %s.x): deploy the matching runner" % (
         _DOCUMENTS.get(reader, "document"), shown, reader, _major(CONTRACT_VERSION))
 
 

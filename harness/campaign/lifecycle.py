@@ -88,7 +88,7 @@ class RunLifecycle:
               run: PlannedRun) -> RunLifecycle:
         """A run a dead controller started (--resume): started, with the runner its manifest entry recorded."""
         lifecycle = cls(ctx, session, writer, run)
-        entry = next((r for r in writer.manifest["runs"] if r["run_id"] == run.run_id
+        entry: dict[str, Any] = next((r for r in writer.manifest["runs"] if r["run_id"] == run.run_id
                       and r.get("target") == lifecycle.target), {})
         lifecycle.runner = RecordedRunner.from_entry(entry, lifecycle.spec_path)
         lifecycle.started_wall = entry.get("runner_started")

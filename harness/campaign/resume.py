@@ -18,7 +18,7 @@ from harness.results.store import ResultSetWriter
 
 def load(ctx: CampaignContext, path: Path) -> dict[str, Any]:
     """Read the set's manifest into the campaign: its set id, its scratch, the runs to keep and to adopt."""
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest: dict[str, Any] = json.loads((path / "manifest.json").read_text())
     ctx.set_id = manifest["set_id"]
     ctx.reclaim = True  # a place our crashed controller still holds is taken back (labgrid's release-from)
     ctx.scratch = ctx.scratch or manifest.get("scratch")  # the original --scratch unless another is given

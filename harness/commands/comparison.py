@@ -159,7 +159,7 @@ def cross_set_pairs(base: pd.DataFrame, cand: pd.DataFrame, base_id: str, only: 
         if key not in base_groups or (only and not any(_tokens(o) <= _tokens(key[4]) for o in only)):
             continue
         (bv, br), (cv, cr) = _side(base_groups[key]), _side(group)
-        pairs.append(Pair(*key, base_id, bv, cv, br, cr))  # type: ignore[misc]
+        pairs.append(Pair(*key, base_id, bv, cv, br, cr))  # type: ignore[call-arg]  # key: the 5 group values
     return pairs
 
 
