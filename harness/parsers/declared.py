@@ -136,8 +136,9 @@ def window_columns(tokens: Rows, decode_window: list[int] | tuple[int, int]) -> 
                            "window_tps": None}
     times = {t.get("token"): t.get("gap_ms") for t in tokens}
     wanted = [times.get(index) for index in range(first, last + 1)]
-    if all(isinstance(ms, (int, float)) for ms in wanted):
-        seconds = sum(wanted) / 1000.0  # type: ignore[arg-type]
+    gaps = [ms for ms in wanted if isinstance(ms, (int, float))]
+    if len(gaps) == len(wanted):
+        seconds = sum(gaps) / 1000.0
         row["window_s"] = seconds
         row["window_tps"] = (last - first + 1) / seconds if seconds > 0 else None
     return row
