@@ -69,6 +69,7 @@ native:
 lint: setup
 	$(BIN)/ruff check harness runner tests bench notebooks
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 clean:
 	$(MAKE) -s -C runner/native clean

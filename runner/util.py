@@ -9,6 +9,9 @@ import stat
 import subprocess
 import tempfile
 import time
+from typing import TypedDict, Union
+
+PathArg = Union[str, "os.PathLike[str]"]  # a str on the board, a Path from the controller
 
 CHUNK = 1 << 20
 RUNNER_DIR = os.path.dirname(os.path.abspath(__file__))  # this package: runner/ on the target
@@ -113,7 +116,12 @@ def _open_dir(directory):
     return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
 
 
-def free_bytes(path):
+class FreeSpace(TypedDict):
+    path: str  # the nearest existing directory the figure is for
+    free_bytes: int
+
+
+def free_bytes(path: PathArg) -> FreeSpace:
     """Free space for an unprivileged writer on the file system holding ``path`` (or its nearest existing
     parent): statvfs, the same on Linux, macOS and Android."""
     where = os.path.abspath(path)
@@ -254,7 +262,7 @@ def unsafe_directory(path, shared=False):
         current = os.path.dirname(current)
 
 
-def sha256_file(path):
+def sha256_file(path: PathArg) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(CHUNK), b""):

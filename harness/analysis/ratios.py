@@ -40,7 +40,8 @@ class RatioEstimate:
 
 def _clean(values: Sequence[float] | np.ndarray) -> np.ndarray:
     array = np.asarray(values, dtype=float)
-    return array[np.isfinite(array)]
+    finite: np.ndarray = array[np.isfinite(array)]
+    return finite
 
 
 def ratio_of_medians(baseline: Sequence[float] | np.ndarray, candidate: Sequence[float] | np.ndarray, *,
@@ -59,7 +60,8 @@ def ratio_of_medians(baseline: Sequence[float] | np.ndarray, candidate: Sequence
     def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
         below = np.median(x, axis=axis)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.median(y, axis=axis) / below
+            ratio: np.ndarray = np.median(y, axis=axis) / below
+            return ratio
 
     if np.ptp(a) == 0 and np.ptp(b) == 0:  # every resample is the same number: the interval is the point
         low = high = ratio

@@ -48,8 +48,8 @@ def change_vs_baseline(frame: pd.DataFrame, value: str, cell: list[str], baselin
         return pd.DataFrame()
     per_round = frame.groupby(cell + [round_col], dropna=False)[value].mean().reset_index()
     mask = pd.Series(True, index=per_round.index)
-    for key, wanted in baseline.items():
-        mask &= per_round[key].astype(str) == str(wanted)
+    for column, wanted in baseline.items():
+        mask &= per_round[column].astype(str) == str(wanted)
     base = per_round[mask].groupby(round_col)[value].mean().rename("baseline")
     joined = per_round.join(base, on=round_col)
     joined["ratio"] = joined[value] / joined["baseline"]

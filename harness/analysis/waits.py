@@ -68,8 +68,9 @@ def _reads_in(rows: Iterable[Mapping[str, Any]], t0: int, t1: int) -> list[Mappi
 
 def _blkio(first: Mapping[str, Any], last: Mapping[str, Any], clock_ticks_per_s: int) -> float | None:
     blkio = _delta(first, last, "blkio_delay_ns")
-    if blkio is None and _delta(first, last, "blkio_ticks") is not None:
-        blkio = _delta(first, last, "blkio_ticks") * 1e9 / clock_ticks_per_s  # 10 ms resolution, no root needed
+    ticks = _delta(first, last, "blkio_ticks")
+    if blkio is None and ticks is not None:
+        blkio = ticks * 1e9 / clock_ticks_per_s  # 10 ms resolution, no root needed
     return blkio
 
 

@@ -128,9 +128,9 @@ def check_existing(ctx: CampaignContext, session: TargetSession) -> None:
     for run in ctx.plan.runs:
         step = STEPS[run.step]
         for name in step.files_read(run.cell.config):
-            spec = named.get(name)
-            problem = spec is not None and step.path_problem(target_path(ctx, session, name, spec))
-            if problem and spec.create is not None:  # the path is scratch's, not the experiment's
+            read = named.get(name)
+            problem = read is not None and step.path_problem(target_path(ctx, session, name, read))
+            if problem and read is not None and read.create is not None:  # the path is scratch's, not the experiment's
                 raise ctx.plan.experiment.doc.error(("files", name, "create"), f"target {session.target.name}: "
                                                     f"{problem} (it is made in scratch: choose another --scratch)")
             if problem:
@@ -157,9 +157,11 @@ def prepare_files(ctx: CampaignContext, session: TargetSession,
         else:
             path = target_path(ctx, session, name, spec)
             ctx.progress.message(f"{session.target.name}: creating {name} ({spec.create}) in {scratch}")
-            create_file(ctx, session, path, spec.create_bytes)
+            size = spec.create_bytes
+            assert size is not None  # FileSpec's validator: exactly one of path, synth, create
+            create_file(ctx, session, path, size)
             created.append(path)
-            records[name] = {"path": path, "size_bytes": spec.create_bytes, "created": True}
+            records[name] = {"path": path, "size_bytes": size, "created": True}
         files[name] = path
     if session.transport.shares_controller_files:  # the file is here too: describe it
         for record in records.values():

@@ -81,8 +81,8 @@ def prepare_engines_and_models(ctx: CampaignContext) -> None:
     (``prepare_remote``)."""
     from harness.campaign.prepare import build_engines, drop_unavailable, engines_needed, synth_model
 
-    step_engines = set().union(*(STEPS[run.step].engines_used(run.cell.config) for run in ctx.plan.runs))
-    ctx.engine_specs = engines_needed(ctx.experiment, step_engines)  # type: ignore[arg-type]
+    step_engines = {name for run in ctx.plan.runs for name in STEPS[run.step].engines_used(run.cell.config)}
+    ctx.engine_specs = engines_needed(ctx.experiment, step_engines)
     dropped = drop_unavailable(ctx.engine_specs, ctx.progress.message)
     if dropped:  # before the set exists: the manifest's plan and every table simply lack those runs
         ctx.plan.runs = [run for run in ctx.plan.runs if not STEPS[run.step].engines_used(run.cell.config) & dropped]

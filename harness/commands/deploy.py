@@ -59,8 +59,8 @@ def _experiment_needs(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, 
 
     loaded = load_resolved(path)
     exp = loaded.experiment
-    step_engines = set().union(*(STEPS[run.step].engines_used(run.cell.config) for run in build_plan(loaded).runs))
-    engines = engines_needed(exp, step_engines)  # type: ignore[arg-type]
+    step_engines = {name for run in build_plan(loaded).runs for name in STEPS[run.step].engines_used(run.cell.config)}
+    engines = engines_needed(exp, step_engines)
     drop_unavailable(engines, console.print)  # an optional engine that cannot be had here: one line, as run says
     models = {name: (str(p), info) for name, spec in exp.named_files().items() if spec.synth is not None
               for p, info in [synth_model(spec.synth, console.print)]}

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from harness.boards.inventory import load_targets, select_targets, targets_of_set
 from harness.boards.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
@@ -23,7 +23,8 @@ class RichProgress:
     """Campaign progress as one Rich bar per target plus a line per failed run."""
 
     def __init__(self, progress: Progress) -> None:
-        self.progress, self.tasks = progress, {}
+        self.progress = progress
+        self.tasks: dict[str, TaskID] = {}
 
     def target_started(self, target: str, total: int) -> None:
         self.tasks[target] = self.progress.add_task(target, total=total, run="")

@@ -75,7 +75,10 @@ class Target(StrictModel):
 
     @property
     def transport_options(self) -> dict[str, Any]:
-        return {} if isinstance(self.transport, str) else dict(next(iter(self.transport.values())) or {})
+        if isinstance(self.transport, str):
+            return {}
+        options = next(iter(self.transport.values()))
+        return dict(options) if options else {}
 
 
 def read_target(path: Path) -> tuple[Target, YamlDoc]:

@@ -6,6 +6,7 @@ import typing
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import ErrorDetails
 
 from harness.config.yamlsrc import Loc, YamlDoc
 
@@ -43,7 +44,7 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
-def describe(error: dict[str, Any], model: type[BaseModel], loc: Loc) -> str:
+def describe(error: ErrorDetails, model: type[BaseModel], loc: Loc) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         owner = _submodel(model, loc[:-1]) if len(loc) > 1 else model
@@ -86,7 +87,7 @@ def _data_loc(data: Any, loc: tuple[Any, ...]) -> tuple[Loc, bool]:
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "literal"}
 
 
-def _best_error(errors: list[dict[str, Any]], data: Any) -> tuple[dict[str, Any], Loc]:
+def _best_error(errors: list[ErrorDetails], data: Any) -> tuple[ErrorDetails, Loc]:
     """Among union alternatives, the error that got deepest into the data is the one to show."""
     scored = []
     for order, error in enumerate(errors):

@@ -85,16 +85,16 @@ def _line_map(node: yaml.Node, loc: Loc, lines: dict[Loc, int], source: str,
         raise ConfigError("a NUL character (\\0) in a value: no name, path or option may hold one", file=source,
                           line=node.start_mark.line + 1, field=_dotted(loc) or None)
     if isinstance(node, yaml.MappingNode):
-        seen: set[Any] = set()
+        keys: set[Any] = set()  # this mapping's keys; `seen` stays the node ids of the whole walk
         for key_node, value_node in node.value:
             key = key_node.value
             if isinstance(key, str) and "\x00" in key:
                 raise ConfigError("a NUL character (\\0) in a key", file=source, line=key_node.start_mark.line + 1,
                                   field=_dotted(loc) or None)
-            if key in seen:
+            if key in keys:
                 raise ConfigError(f"duplicate key {key!r}", file=source, line=key_node.start_mark.line + 1,
                                   field=_dotted(loc + (key,)))
-            seen.add(key)
+            keys.add(key)
             lines[loc + (key,)] = key_node.start_mark.line + 1
             _line_map(value_node, loc + (key,), lines, source, seen)
             # the key's own line is more useful than the value's for "unknown key" errors
@@ -177,9 +177,9 @@ def load_yaml(path: Path, *, display: str | None = None) -> YamlDoc:
                           file=source, line=line) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
+        mark_line = mark.line + 1 if mark else None
         problem = " ".join(str(p) for p in (exc.context, exc.problem) if p)
-        raise ConfigError(f"malformed YAML: {problem}", file=source, line=line) from None
+        raise ConfigError(f"malformed YAML: {problem}", file=source, line=mark_line) from None
     except yaml.YAMLError as exc:  # anything else PyYAML refuses: still one line
         raise ConfigError(f"malformed YAML: {exc}".splitlines()[0], file=source) from None
     if node is None:

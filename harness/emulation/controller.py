@@ -48,7 +48,7 @@ class EmulateConfig(StrictModel):
 
     def runner_spec(self) -> dict[str, Any] | None:
         """What ``runner/emulation/`` reads: plain byte counts, plus what the user wrote."""
-        spec = {
+        spec: dict[str, Any] = {
             "memory_bytes": None if self.memory is None else parse_size(self.memory),
             "read_bytes_per_s": None if self.read_bytes_per_s is None else parse_size(self.read_bytes_per_s),
             "read_iops": self.read_iops,

@@ -23,7 +23,7 @@ def hide_overlapping(fig: Figure, texts: Iterable[Text], keep_clear_of: Sequence
     """Hide each text whose box meets an earlier kept one (or one of ``keep_clear_of``), in the given order;
     returns how many were hidden. Draws the figure first so the boxes are where they will be saved."""
     fig.draw_without_rendering()  # lays the figure out (text boxes and all) without rasterizing it
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg canvas method, not on FigureCanvasBase
     kept = [t.get_window_extent(renderer) for t in keep_clear_of if t.get_visible() and t.get_text()]
     hidden = 0
     for text in texts:

@@ -17,6 +17,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.text import Annotation
 
 from harness.figures.base import MB, FigureContext, register_figure
 from harness.figures.layout import hide_overlapping
@@ -94,7 +96,7 @@ def telemetry_panels(telemetry: pd.DataFrame) -> list[Panel]:
     return [p for p in panels if p is not None and p.series]
 
 
-def _shade_runs(axes: list, runs: pd.DataFrame, t0: int) -> list:
+def _shade_runs(axes: list[Axes], runs: pd.DataFrame, t0: int) -> list[Annotation]:
     labels, spans = [], []
     for _, run in runs.iterrows():
         start, end = (run["step_start_mono_ns"] - t0) / 1e9, (run["step_end_mono_ns"] - t0) / 1e9
@@ -124,8 +126,8 @@ def target_timeline(target: str, runs: pd.DataFrame, table: Callable[[str], pd.D
     t0 = rs["step_start_mono_ns"].min()
     fig, axes = plt.subplots(len(panels), 1, figsize=(12, 0.8 + 1.7 * len(panels)), sharex=True, squeeze=False,
                              layout="constrained")
-    axes = list(axes[:, 0])
-    for ax, panel in zip(axes, panels, strict=True):
+    column: list[Axes] = list(axes[:, 0])
+    for ax, panel in zip(column, panels, strict=True):
         for label, (t, values) in panel.series.items():
             style = {"lw": 0, "marker": ".", "ms": 2} if panel.log else {"lw": 0.6}
             x, y = _broken(t, values)
@@ -137,9 +139,9 @@ def target_timeline(target: str, runs: pd.DataFrame, table: Callable[[str], pd.D
         ax.tick_params(labelsize=7)
         if len(panel.series) > 1:
             ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1), borderaxespad=0)
-    axes[-1].set_xlabel("seconds since the first step started")
-    axes[0].set_title(f"run timeline on {target} (runs shaded: plan index, step, cache)", fontsize=9)
-    labels = _shade_runs(axes, rs, t0)
+    column[-1].set_xlabel("seconds since the first step started")
+    column[0].set_title(f"run timeline on {target} (runs shaded: plan index, step, cache)", fontsize=9)
+    labels = _shade_runs(column, rs, t0)
     hidden = hide_overlapping(fig, labels)
     numbers = {"runs": len(rs), "run_labels_hidden": hidden, "panels": [p.name for p in panels],
                **{f"max {p.name}": max(float(v.max()) for _, v in p.series.values()) for p in panels}}

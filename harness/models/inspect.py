@@ -144,12 +144,12 @@ def inspect_gguf(path: Path) -> ModelInfo:
     tensors: list[Tensor] = []
     experts: list[ExpertTensor] = []
     for i, t in enumerate(h.tensors):
-        common = {"name": t.name, "type": type_name(t.ggml_type), "ne": list(t.ne),
-                  "offset": h.data_offset + t.offset, "nbytes": sizes[i]}
-        tensors.append(Tensor(**common))
+        tensor = Tensor(name=t.name, type=type_name(t.ggml_type), ne=list(t.ne), offset=h.data_offset + t.offset,
+                        nbytes=sizes[i])
+        tensors.append(tensor)
         m = _EXPERT_RE.match(t.name)
         if m and len(t.ne) >= 2 and n_exp and t.ne[-1] == n_exp and sizes[i] % n_exp == 0:
-            experts.append(ExpertTensor(**common, layer=int(m.group(1)), n_experts=n_exp,
+            experts.append(ExpertTensor(**vars(tensor), layer=int(m.group(1)), n_experts=n_exp,
                                         slice_bytes=sizes[i] // n_exp))
     experts.sort(key=lambda e: e.offset)
 
@@ -158,10 +158,10 @@ def inspect_gguf(path: Path) -> ModelInfo:
         per_layer[e.layer] = per_layer.get(e.layer, 0) + e.slice_bytes
     expert_bytes = sum(e.nbytes for e in experts)
     tensor_bytes = sum(sizes)
-    qcount = Counter(t.type for t in tensors)
+    qcount = Counter(tensor.type for tensor in tensors)
     qbytes: Counter[str] = Counter()
-    for t in tensors:
-        qbytes[t.type] += t.nbytes
+    for tensor in tensors:
+        qbytes[tensor.type] += tensor.nbytes
     used = n_used if isinstance(n_used, int) else 0
     block_count = h.kv.get(prefix + "block_count")
     file_type = h.kv.get("general.file_type")

@@ -16,7 +16,7 @@ def text_of(data: bytes | str) -> str:
     return data.decode("utf-8", errors="replace").lstrip("\ufeff")
 
 
-def numbered_lines(data: bytes | str) -> Iterator[tuple[int, str]]:
+def numbered_lines(data: bytes | str | BinaryIO) -> Iterator[tuple[int, str]]:
     """(1-based line number, line without its newline and trailing blanks), blank lines skipped."""
     for number, line in enumerate(iter_lines(data), start=1):
         line = line.rstrip()

@@ -313,10 +313,10 @@ def bmoe_request_row(summary: dict[str, Any]) -> dict[str, Any]:
     (REQUEST_COLUMNS). The device windows (``decode_dev_*``, from block stats) are the step's to add."""
     get = summary.get
     tokens, s_per_token = get("tokens"), get("s_per_token")
-    mib_per_token = get("read_mib_per_token")
+    mib_per_token, prefill_s = get("read_mib_per_token"), get("prefill_s")
     return {
         "request": get("request"), "decode_tps": get("tok_s"), "prefill_tps": get("prefill_tps"),
-        "prompt_n": get("n_prompt"), "prompt_ms": None if get("prefill_s") is None else get("prefill_s") * 1000,
+        "prompt_n": get("n_prompt"), "prompt_ms": None if prefill_s is None else prefill_s * 1000,
         "predicted_n": tokens,
         "predicted_ms": s_per_token * tokens * 1000 if s_per_token is not None and tokens is not None else None,
         "predicted_per_token_ms": None if s_per_token is None else s_per_token * 1000,

@@ -25,7 +25,7 @@ from harness.parsers.base import ParseError, Rows, register_parser
 _HEADER = "# route_trace v1"
 _REQUIRED = ("turn", "phase", "step", "layer", "slot", "expert")
 _INTS = ("turn", "phase", "step", "layer", "slot", "expert", "residency", "expert_bytes", "dropped")
-_PHASES = {0: "prefill", 1: "decode"}
+_PHASES: dict[object, str] = {0: "prefill", 1: "decode"}
 _STATIC = ("n_layer", "n_expert", "n_expert_used")
 
 
@@ -53,7 +53,7 @@ def _row(record: dict[str, str], static: dict[str, object], number: int) -> dict
         row["weight"] = None if parsed is not None and math.isnan(parsed) else parsed
     except ValueError as exc:
         raise ParseError(f"not a number in the route row: {exc}", line=number) from None
-    row["phase_name"] = _PHASES.get(row["phase"])  # type: ignore[arg-type]
+    row["phase_name"] = _PHASES.get(row["phase"])
     return row
 
 

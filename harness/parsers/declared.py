@@ -62,7 +62,7 @@ def _lines(text: str, after: str | None) -> Iterator[tuple[int, str]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if started:
             yield number, line
-        elif after in line:
+        elif after is not None and after in line:
             started = True
 
 
@@ -78,7 +78,7 @@ def _matches(text: str, rule: dict[str, Any]) -> Iterator[dict[str, Any]]:
             found = pattern.search(line)
             if found:
                 yield found.groupdict()
-        elif line.startswith(prefix):
+        elif prefix is not None and line.startswith(prefix):  # (a rule is csv, regex or json_prefix)
             try:
                 obj = json.loads(line[len(prefix):])
             except json.JSONDecodeError as exc:
@@ -136,8 +136,9 @@ def window_columns(tokens: Rows, decode_window: list[int] | tuple[int, int]) -> 
                            "window_tps": None}
     times = {t.get("token"): t.get("gap_ms") for t in tokens}
     wanted = [times.get(index) for index in range(first, last + 1)]
-    if all(isinstance(ms, (int, float)) for ms in wanted):
-        seconds = sum(wanted) / 1000.0  # type: ignore[arg-type]
+    gaps = [ms for ms in wanted if isinstance(ms, (int, float))]
+    if len(gaps) == len(wanted):
+        seconds = sum(gaps) / 1000.0
         row["window_s"] = seconds
         row["window_tps"] = (last - first + 1) / seconds if seconds > 0 else None
     return row

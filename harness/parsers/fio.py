@@ -52,7 +52,7 @@ def ordered_jobs(names: Iterable[str]) -> list[str]:
 
 # fio's defaults for options a job file may leave out (fio 3.x on Linux).
 DEFAULT_BS_BYTES = 4096
-DEFAULTS = {"rw": "read", "iodepth": 1, "numjobs": 1, "ioengine": "psync", "direct": 0}
+DEFAULTS: dict[str, Any] = {"rw": "read", "iodepth": 1, "numjobs": 1, "ioengine": "psync", "direct": 0}
 
 _SIZE = re.compile(r"^\s*(0x[0-9a-f]+|\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 _POWERS = {"k": 1, "m": 2, "g": 3, "t": 4, "p": 5}

@@ -158,7 +158,7 @@ def _objects(text: str) -> list[tuple[int, Any]]:
 @register_parser("llama-server")
 def parse_llama_server(data: bytes) -> list[dict[str, Any]]:
     """Rows in input order with ``response`` = 0-based position among the responses read (see the module)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for number, obj in _responses(_objects(text_of(data))):
         if isinstance(obj, list):
             row = openai_row(obj)

@@ -7,11 +7,13 @@ what the harness reads there for block I/O, memory pressure and power.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ._common import numbered_lines
 from .base import ParseError, register_parser
-from .snapshots import _with_deltas, snapshots
+from .snapshots import SnapshotRow, _with_deltas, snapshots
+
+# a row of what these tools print: names and levels (str), yes/no (bool), counts and readings (int, float)
+ToolRow = dict[str, str | bool | int | float | None]
 
 _VM_HEADER = re.compile(r"page size of (\d+) bytes")
 _VM_LINE = re.compile(r'^"?([^":]+?)"?:\s+(\d+)\.?$')
@@ -31,12 +33,12 @@ def _snake(text: str) -> str:
 
 
 @register_parser("iostat")
-def parse_iostat(data: bytes) -> list[dict[str, Any]]:
+def parse_iostat(data: bytes) -> list[ToolRow]:
     """One row per disk per sample: kb_per_transfer, tps, mb_per_s; sample 0 is the since-boot average.
 
     Reads ``iostat -d -w N`` and also the default layout with cpu/load columns (ignored); headers
     repeat every screenful and are skipped."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ToolRow] = []
     disks: list[str] | None = None
     sample = 0
     for number, line in numbered_lines(data):
@@ -64,8 +66,8 @@ def parse_iostat(data: bytes) -> list[dict[str, Any]]:
     return rows
 
 
-def _vm_stat_row(lines: list[tuple[int, str]]) -> dict[str, Any]:
-    row: dict[str, Any] = {"page_size_bytes": None}
+def _vm_stat_row(lines: list[tuple[int, str]]) -> SnapshotRow:
+    row: SnapshotRow = {"page_size_bytes": None}
     for number, line in lines:
         if line.startswith("Mach Virtual Memory Statistics"):
             header = _VM_HEADER.search(line)
@@ -81,11 +83,11 @@ def _vm_stat_row(lines: list[tuple[int, str]]) -> dict[str, Any]:
 
 
 @register_parser("vm_stat")
-def parse_vm_stat(data: bytes) -> list[dict[str, Any]]:
+def parse_vm_stat(data: bytes) -> list[SnapshotRow]:
     """One row per ``vm_stat`` output (a plain capture or the runner's snapshots): page counters by
     snake_case name (``pages_free``, ``pages_stored_in_compressor``, ``swapins``...), page size,
     and deltas of the cumulative counters (pageins, pageouts, swapins, swapouts, faults...)."""
-    rows = []
+    rows: list[SnapshotRow] = []
     for t_ns, wall, lines in snapshots(data):
         rows.append({"t_ns": t_ns, "wall_s": wall, **_vm_stat_row(lines)})
     if not rows:
@@ -96,11 +98,11 @@ def parse_vm_stat(data: bytes) -> list[dict[str, Any]]:
 
 
 @register_parser("powermetrics")
-def parse_powermetrics(data: bytes) -> list[dict[str, Any]]:
+def parse_powermetrics(data: bytes) -> list[ToolRow]:
     """One row per ``*** Sampled system activity`` block: power_<cpu|gpu|ane|combined>_mw, cluster
     frequencies and residencies, GPU frequency, die temperatures (Intel), thermal pressure."""
-    rows: list[dict[str, Any]] = []
-    row: dict[str, Any] | None = None
+    rows: list[ToolRow] = []
+    row: ToolRow | None = None
     for _number, line in numbered_lines(data):
         line = line.strip()
         if sample := _PM_SAMPLE.match(line):
@@ -139,14 +141,14 @@ def _key_values(data: bytes, what: str) -> dict[str, str]:
 
 
 @register_parser("sysctl")
-def parse_sysctl(data: bytes) -> list[dict[str, Any]]:
+def parse_sysctl(data: bytes) -> list[ToolRow]:
     """``sysctl NAME...`` / ``sysctl -a``: one row {name: value}, integers as ints."""
     values = _key_values(data, "sysctl output")
     return [{k: int(v) if v.lstrip("-").isdigit() else v for k, v in values.items()}]
 
 
 @register_parser("sw_vers")
-def parse_sw_vers(data: bytes) -> list[dict[str, Any]]:
+def parse_sw_vers(data: bytes) -> list[ToolRow]:
     values = _key_values(data, "sw_vers output")
     if "ProductVersion" not in values:
         raise ParseError("no ProductVersion (expected sw_vers output)")
@@ -158,9 +160,9 @@ _SIZE = re.compile(r"\((\d+) Bytes\)")
 
 
 @register_parser("diskutil")
-def parse_diskutil(data: bytes) -> list[dict[str, Any]]:
+def parse_diskutil(data: bytes) -> list[ToolRow]:
     """``diskutil info DISK``: one row with every field in snake_case, sizes in ``*_bytes``."""
-    row: dict[str, Any] = {}
+    row: ToolRow = {}
     for _number, line in numbered_lines(data):
         key, sep, value = line.partition(":")
         if not sep:

@@ -15,12 +15,13 @@ refaults during decode are the page-cache thrash BigMoeOnEdge asked to make visi
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ._common import numbered_lines
 from .base import ParseError, register_parser
 
 Snapshot = tuple[int | None, float | None, list[tuple[int, str]]]
+# a row of these parsers: counters and stamps (int), rates, temperatures and seconds (float); None: not read
+SnapshotRow = dict[str, int | float | None]
 
 # Counters worth a delta column; everything else stays in the row as it was read.
 VMSTAT_DELTAS = re.compile(r"^(pgscan_\w+|pgsteal_\w+|pgmajfault|pgfault|workingset_refault\w*|workingset_activate\w*"
@@ -53,13 +54,15 @@ def snapshots(data: bytes) -> list[Snapshot]:
     return out
 
 
-def _with_deltas(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
+def _with_deltas(rows: list[SnapshotRow], keys: list[str]) -> list[SnapshotRow]:
     for prev, row in zip(rows, rows[1:], strict=False):
-        if row.get("t_ns") is not None and prev.get("t_ns") is not None:
-            row["dt_s"] = (row["t_ns"] - prev["t_ns"]) / 1e9
+        t_ns, t_prev = row.get("t_ns"), prev.get("t_ns")
+        if t_ns is not None and t_prev is not None:
+            row["dt_s"] = (t_ns - t_prev) / 1e9
         for key in keys:
-            if isinstance(row.get(key), int) and isinstance(prev.get(key), int):
-                row[f"d_{key}"] = row[key] - prev[key]
+            value, before = row.get(key), prev.get(key)
+            if isinstance(value, int) and isinstance(before, int):
+                row[f"d_{key}"] = value - before
     return rows
 
 
@@ -72,11 +75,11 @@ def _name_and_int(line: str, number: int, expected: str) -> tuple[str, int]:
 
 
 @register_parser("vmstat")
-def parse_vmstat(data: bytes) -> list[dict[str, Any]]:
+def parse_vmstat(data: bytes) -> list[SnapshotRow]:
     """One row per snapshot: every counter, plus ``d_<counter>`` for reclaim/fault/refault counters."""
     rows = []
     for t_ns, wall, lines in snapshots(data):
-        row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
+        row: SnapshotRow = {"t_ns": t_ns, "wall_s": wall}
         for number, line in lines:
             name, value = _name_and_int(line, number, "'<counter> <value>' (a /proc/vmstat line)")
             row[name] = value
@@ -103,7 +106,7 @@ def psi_resource_of_name(name: str) -> str | None:
     return found[0] if len(set(found)) == 1 else None
 
 
-def _parse_psi(data: bytes, resource: str | None, *, strict: bool = True) -> list[dict[str, Any]]:
+def _parse_psi(data: bytes, resource: str | None, *, strict: bool = True) -> list[SnapshotRow]:
     """One row per snapshot: ``<res>_<some|full>_avg10_pct`` ... and ``<res>_<kind>_total_us`` (+ deltas).
 
     The harness's own snapshots prefix each line with its resource (``memory some avg10=...``). A bare capture
@@ -112,7 +115,7 @@ def _parse_psi(data: bytes, resource: str | None, *, strict: bool = True) -> lis
     a prefixed line must be of ``resource`` too (False when the resource is only the file name's guess)."""
     rows = []
     for t_ns, wall, lines in snapshots(data):
-        row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
+        row: SnapshotRow = {"t_ns": t_ns, "wall_s": wall}
         for number, line in lines:
             if line.startswith(("some ", "full ")):
                 if resource is None:
@@ -145,18 +148,18 @@ def _parse_psi(data: bytes, resource: str | None, *, strict: bool = True) -> lis
 
 
 @register_parser("psi")
-def parse_psi(data: bytes) -> list[dict[str, Any]]:
+def parse_psi(data: bytes) -> list[SnapshotRow]:
     """The harness's psi snapshots, or any capture whose lines carry their resource (``io some avg10=...``)."""
     return _parse_psi(data, None)
 
 
-def parse_psi_file(data: bytes, name: str) -> list[dict[str, Any]]:
+def parse_psi_file(data: bytes, name: str) -> list[SnapshotRow]:
     """``harness parse psi FILE``: as ``psi``, with bare lines read as the resource the file's name says."""
     return _parse_psi(data, psi_resource_of_name(name), strict=False)
 
 
 def _psi_of(resource: str) -> None:
-    def parse_bare(data: bytes) -> list[dict[str, Any]]:
+    def parse_bare(data: bytes) -> list[SnapshotRow]:
         return _parse_psi(data, resource)
 
     parse_bare.__doc__ = f"A bare /proc/pressure/{resource} or cgroup {resource}.pressure capture."
@@ -168,11 +171,11 @@ for _resource in PSI_RESOURCES:  # psi-cpu, psi-io, psi-memory, psi-irq: a bare 
 
 
 @register_parser("thermal")
-def parse_thermal(data: bytes) -> list[dict[str, Any]]:
+def parse_thermal(data: bytes) -> list[SnapshotRow]:
     """One row per snapshot: ``temp_<zone type>_c`` (millidegrees in sysfs; offline/negative kept as read)."""
     rows = []
     for t_ns, wall, lines in snapshots(data):
-        row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
+        row: SnapshotRow = {"t_ns": t_ns, "wall_s": wall}
         for number, line in lines:
             zone, millidegrees = _name_and_int(line, number, "'<zone type> <millidegrees C>'")
             row[f"temp_{zone.lower().replace('-', '_')}_c"] = millidegrees / 1000.0
@@ -181,11 +184,11 @@ def parse_thermal(data: bytes) -> list[dict[str, Any]]:
 
 
 @register_parser("power")
-def parse_power(data: bytes) -> list[dict[str, Any]]:
+def parse_power(data: bytes) -> list[SnapshotRow]:
     """One row per snapshot: per supply ``<name>_current_ua``, ``_voltage_uv`` and ``_power_mw`` (|I x V|)."""
     rows = []
     for t_ns, wall, lines in snapshots(data):
-        row: dict[str, Any] = {"t_ns": t_ns, "wall_s": wall}
+        row: SnapshotRow = {"t_ns": t_ns, "wall_s": wall}
         for number, line in lines:
             parts = line.split()
             if len(parts) != 3 or not parts[1].lstrip("-").isdigit():
@@ -204,7 +207,7 @@ RECLAIM_COUNTERS = ("pgmajfault", "workingset_refault_file", "workingset_refault
                     "pgpgin", "pgpgout")
 
 
-def reclaim_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def reclaim_summary(rows: list[SnapshotRow]) -> SnapshotRow:
     """What the whole sampled window reclaimed and re-read: first to last snapshot of /proc/vmstat.
 
     pgscan/pgsteal are summed over their kswapd/direct/khugepaged variants (names differ by kernel);
@@ -217,9 +220,10 @@ def reclaim_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         a, b = first.get(key), last.get(key)
         return b - a if isinstance(a, int) and isinstance(b, int) else None
 
-    out: dict[str, Any] = {"samples": len(rows)}
-    if first.get("t_ns") is not None and last.get("t_ns") is not None:
-        out["window_s"] = (last["t_ns"] - first["t_ns"]) / 1e9
+    out: SnapshotRow = {"samples": len(rows)}
+    t_first, t_last = first.get("t_ns"), last.get("t_ns")
+    if t_first is not None and t_last is not None:
+        out["window_s"] = (t_last - t_first) / 1e9
     for stem in ("pgscan", "pgsteal"):
         keys = [k for k in last if k.startswith(stem + "_") and delta(k) is not None]
         out[f"{stem}_pages"] = sum(delta(k) or 0 for k in keys) if keys else None

@@ -97,8 +97,8 @@ class _Line:
 
     def read(self) -> dict[str, Any]:
         i = 0
-        if _DATE.match(self.word(0)) and _TIME.match(self.word(1)):
-            month, day, year = _DATE.match(self.word(0)).groups()  # type: ignore[union-attr]
+        if (date := _DATE.match(self.word(0))) and _TIME.match(self.word(1)):
+            month, day, year = date.groups()
             self.row["timestamp"] = f"{year}-{month}-{day}T{self.word(1)}"
             i = 2
         while i < len(self.words):
@@ -172,19 +172,19 @@ class _Line:
         self.recognised += 1
         i += 2
         # "(lfb 157x4MB)" after RAM, "(cached 3MB)" after SWAP, "0/252kB(lfb 252kB)" for IRAM.
-        if self.word(i) == "(lfb" and _LFB.match(self.word(i + 1)):
-            count, size, size_unit = _LFB.match(self.word(i + 1)).groups()  # type: ignore[union-attr]
+        if self.word(i) == "(lfb" and (lfb := _LFB.match(self.word(i + 1))):
+            count, size, size_unit = lfb.groups()
             self.put(f"{stem}_lfb_blocks", int(count))
             self.put(f"{stem}_lfb_block_mb", int(size) / (1024 if size_unit == "kB" else 1))
             i += 2
-        elif self.word(i) == "(cached" and _CACHED.match(self.word(i + 1)):
-            self.put(f"{stem}_cached_mb", int(_CACHED.match(self.word(i + 1)).group(1)))  # type: ignore[union-attr]
+        elif self.word(i) == "(cached" and (cached := _CACHED.match(self.word(i + 1))):
+            self.put(f"{stem}_cached_mb", int(cached.group(1)))
             i += 2
         return i
 
     def mts(self, i: int) -> int:
-        while self.word(i) in ("fg", "bg") and _PCT.match(self.word(i + 1)):
-            self.put(f"mts_{self.word(i)}_pct", int(_PCT.match(self.word(i + 1)).group(1)))  # type: ignore[union-attr]
+        while self.word(i) in ("fg", "bg") and (pct := _PCT.match(self.word(i + 1))):
+            self.put(f"mts_{self.word(i)}_pct", int(pct.group(1)))
             i += 2
         return i
 

@@ -55,7 +55,9 @@ def history_sets(sets: Sequence[Path] | None = None, results_dir: Path = Path("r
     """The sets a history reads: ``sets`` or every set in ``results_dir``, complete ones only unless asked.
     A set the loader refuses (another schema, an unreadable manifest) is left out with one line from ``say``."""
     paths = list(sets) if sets is not None else list_result_sets(results_dir)
-    loaded, incomplete, seen = [], [], {}
+    loaded: list[ResultSet] = []
+    incomplete: list[str] = []
+    seen: dict[str, Path] = {}
     for path in paths:
         try:
             one = load_result_set(path)

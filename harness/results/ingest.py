@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from harness.collectors import COLLECTORS
+from harness.collectors.base import CollectorKind
 from harness.parsers import ParseError
 from harness.parsers.blockstat import delta as blockstat_delta
 from harness.parsers.blockstat import parse_snapshot
@@ -29,6 +30,7 @@ from harness.results.tables import FACTS, RUNS, TABLES_DIR, table_file
 from harness.results.validity import measure_columns
 from harness.results.variants import variant_label
 from harness.steps import STEPS
+from harness.steps.base import StepKind
 
 Rows = list[dict[str, Any]]
 
@@ -103,10 +105,11 @@ def ingest_run(raw_dir: Path, planned: Mapping[str, Any]) -> dict[str, Rows | Ru
         record = json.loads(record_path.read_text()) if record_path.exists() else None
     except ValueError:
         record = None  # a pull cut short (a full disk): the run counts as not pulled; --resume pulls it again
-    tables: dict[str, Rows | RunTable] = {RUNS.name: [run_row(planned, record)]}
+    run = run_row(planned, record)
+    tables: dict[str, Rows | RunTable] = {RUNS.name: [run]}
     if record is None:
         return tables
-    sources = [(planned["step"], STEPS[planned["step"]])]
+    sources: list[tuple[str, StepKind | CollectorKind]] = [(planned["step"], STEPS[planned["step"]])]
     sources += [(spec["kind"], COLLECTORS[spec["kind"]]) for spec in record["spec"].get("collectors", [])]
     pieces: list[dict[str, Rows | pa.Table]] = []
     for name, source in sources:
@@ -114,10 +117,10 @@ def ingest_run(raw_dir: Path, planned: Mapping[str, Any]) -> dict[str, Rows | Ru
             pieces.append(source.ingest(raw_dir, record))
         except (ParseError, ValueError) as exc:
             # a failed step often leaves partial output: keep the run, say what could not be read
-            errors = tables[RUNS.name][0].setdefault("ingest_errors", [])
+            errors = run.setdefault("ingest_errors", [])
             errors.append(f"{name}: {exc}")
-    if "ingest_errors" in tables[RUNS.name][0]:
-        tables[RUNS.name][0]["ingest_errors"] = "; ".join(tables[RUNS.name][0]["ingest_errors"])
+    if "ingest_errors" in run:
+        run["ingest_errors"] = "; ".join(run["ingest_errors"])
     t0 = (record.get("step_started") or {}).get("mono_ns")
     for piece in pieces:
         for table, rows in piece.items():
@@ -128,7 +131,9 @@ def ingest_run(raw_dir: Path, planned: Mapping[str, Any]) -> dict[str, Rows | Ru
                 row["run_id"], row["target"] = planned["run_id"], planned["target"]
                 if t0 is not None and row.get("t_ns") is not None:
                     row["t_rel_s"] = (row["t_ns"] - t0) / 1e9
-            tables.setdefault(table, []).extend(rows)
+            kept = tables.setdefault(table, [])
+            assert isinstance(kept, list)  # a table is streamed (RunTable) or rows, never both
+            kept.extend(rows)
     return tables
 
 

@@ -27,7 +27,7 @@ class ResultSet:
 
     @property
     def set_id(self) -> str:
-        return self.manifest["set_id"]
+        return str(self.manifest["set_id"])
 
     @property
     def complete(self) -> bool:

@@ -113,7 +113,7 @@ def refused_options(job: FioJob) -> list[tuple[tuple[str, ...], str]]:
 
 class FioConfig(StrictModel):
     file: str
-    jobs: list[str | FioJob] = Field(default_factory=lambda: list(LADDER), min_length=1)
+    jobs: list[str | FioJob] = Field(default_factory=lambda: list[str | FioJob](LADDER), min_length=1)
     runtime_s: Annotated[float, Field(gt=0)] = 5.0
     ramp_s: Annotated[float, Field(ge=0)] = 0.0
     ioengine: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")] = "libaio"
@@ -152,7 +152,7 @@ class FioStep(StepKind):
                                    f"{_ALLOW_FLAG}")
         for index, job in enumerate(config.jobs):
             refused = refused_options(job) if isinstance(job, FioJob) else []
-            if refused:
+            if refused and isinstance(job, FioJob):  # (a named ladder rung has no options to refuse)
                 return ("jobs", index, *refused[0][0]), (
                     f"fio job {job.name!r}: {', '.join(w for _, w in refused)}: not what a read measurement "
                     "needs (READ_ENGINES, READ_OPTIONS in harness/steps/fio.py); refused unless the experiment says "

@@ -91,7 +91,7 @@ def shell_facts(session: Any) -> dict[str, Any]:
     return {"platform_detected": "android", "probe_method": "adb-shell (no Python on the phone)",
             "getprop_raw": "\n".join(sections.get("getprop", [])),
             "mem_total_bytes": int(total[0]) * 1024 if total else None,
-            "kernel": (sections.get("kernel") or [None])[0],
+            "kernel": next(iter(sections.get("kernel", [])), None),
             "block_devices": [b for b in sections.get("block", []) if b.startswith(("sd", "mmcblk", "nvme"))],
             "thermal_c": thermal, "power_supply": power}
 

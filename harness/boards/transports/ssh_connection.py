@@ -11,13 +11,18 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field
 
 from harness.boards.transports.ssh_hostkeys import UnknownHostKey, fingerprint, reject_policy, ssh_exception
 from harness.config.validate import StrictModel
 from harness.errors import TargetError
+
+if TYPE_CHECKING:  # fabric is imported when a connection is made (it is slow to import)
+    from fabric import Connection
+
+T = TypeVar("T")
 
 CHANNEL_OPEN_TIMEOUT_S = 15.0
 DEFAULT_TIMEOUT_S = 3600.0  # a command that hangs this long on a live connection is a bug on the target
@@ -44,7 +49,7 @@ class SshConnection:
     def __init__(self, target_name: str, options: SshOptions) -> None:
         self.target_name, self.options = target_name, options
         self._lock = threading.RLock()
-        self._conn: Any = None
+        self._conn: Connection | None = None
         self.reconnects = 0
         self.on_event: Callable[[str], None] | None = None  # the campaign shows reconnects
 
@@ -52,7 +57,7 @@ class SshConnection:
     def known_hosts(self) -> Path:
         return Path(os.path.expanduser(self.options.known_hosts or "~/.ssh/known_hosts"))
 
-    def connection(self) -> Any:
+    def connection(self) -> Connection:
         from fabric import Connection
 
         opts = self.options
@@ -71,7 +76,7 @@ class SshConnection:
         self._harden(conn)
         return conn
 
-    def _harden(self, conn: Any) -> None:
+    def _harden(self, conn: Connection) -> None:
         """Fabric accepts any host key by default; the harness verifies them (gateways too)."""
         conn.client.set_missing_host_key_policy(reject_policy())
         if self.known_hosts.exists():
@@ -79,7 +84,7 @@ class SshConnection:
         if conn.gateway is not None and not isinstance(conn.gateway, str):
             self._harden(conn.gateway)
 
-    def _open(self) -> Any:
+    def _open(self) -> Connection:
         from paramiko import AuthenticationException, BadHostKeyException
 
         conn = self.connection()
@@ -107,7 +112,7 @@ class SshConnection:
         _detect_dead_links(conn.transport.sock)
         return conn
 
-    def ensure(self) -> Any:
+    def ensure(self) -> Connection:
         with self._lock:
             conn = self._conn
             if conn is not None and conn.transport is not None and conn.transport.is_active():
@@ -124,13 +129,13 @@ class SshConnection:
                 raise ConnectionLost(f"cannot connect to {self.options.host}: {exc}") from None
             return self._conn
 
-    def _drop(self, conn: Any) -> None:
+    def _drop(self, conn: Connection | None) -> None:
         with self._lock:
             if self._conn is conn and conn is not None:
                 conn.close()
                 self._conn = None
 
-    def retrying(self, op: Callable[[Any], Any]) -> Any:
+    def retrying(self, op: Callable[[Connection], T]) -> T:
         """Run ``op(connection)``; on a connection error reconnect with backoff and run it again."""
         deadline: float | None = None
         delay = BACKOFF_FIRST_S
@@ -158,7 +163,7 @@ class SshConnection:
                 with self._lock:
                     self.reconnects += 1
 
-    def exec(self, conn: Any, command: str, stdin: bytes | Path | None,
+    def exec(self, conn: Connection, command: str, stdin: bytes | Path | None,
              timeout: float | None) -> tuple[int, bytes, bytes]:
         transport = conn.transport
         if transport is None or not transport.is_active():
@@ -202,7 +207,7 @@ class SshConnection:
                 self._conn = None
 
 
-def _detect_dead_links(sock: Any) -> None:
+def _detect_dead_links(sock: object) -> None:
     """A cable pulled or Wi-Fi gone sends no RST: without this a read waits for TCP's ~15 min
     retransmission timeout. Idle probes and a bound on unacknowledged data turn it into an error
     (then a reconnect) within about half a minute. Not for gateway channels (no socket)."""

@@ -59,7 +59,7 @@ def _unpacked(archive: Path, cache: Path) -> Path:
     if not (dest / DONE_MARK).is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".unpack-") as tmp, tarfile.open(archive) as tar:
-            kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            kwargs: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(tmp, **kwargs)
             tops = [p for p in Path(tmp).iterdir() if p.is_dir()]
             if len(tops) != 1:
@@ -134,5 +134,5 @@ def prepare_tree(source: BmoeSource, llama_source: dict[str, str], cache: Path) 
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(tmp, dest)
     key = tuple(str(llama.identity.get(k)) for k in ("kind", "name", "version"))
-    patches = [ADAPTATION_PATCHES[key]] if key in ADAPTATION_PATCHES else []  # type: ignore[index]
+    patches = [ADAPTATION_PATCHES[key]] if key in ADAPTATION_PATCHES else []
     return EngineTree(tree=dest, identity=identity, commit=commit, llama_commit=llama.commit, patches=patches)

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -43,6 +43,9 @@ BASE_CMAKE_FLAGS = (
 CPU_NATIVE_FLAGS = ("-DGGML_NATIVE=ON", "-DLLAMA_OPENSSL=OFF")
 
 _log = logging.getLogger(__name__)
+
+
+_Info = TypeVar("_Info", bound="BuildInfo")
 
 
 @dataclass
@@ -72,7 +75,7 @@ class BuildInfo:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BuildInfo:
+    def from_dict(cls: type[_Info], d: dict[str, Any]) -> _Info:  # a subclass's from_dict gives that subclass
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def binary(self, target: str) -> Path:

@@ -19,11 +19,11 @@ class LlamaCpp(Engine):
 
     def build(self, spec: EngineSpec, experiment_dir: Path, cache_dir: Path, say: Say) -> BuildInfo:
         patches, flags = self.inputs(spec, experiment_dir)
-        return build_llamacpp(spec.source, flags, patches, cache_dir=cache_dir, log=say)
+        return build_llamacpp(spec.source or dict(self.default_source), flags, patches, cache_dir=cache_dir, log=say)
 
     def build_on_target(self, session: Any, spec: EngineSpec, experiment_dir: Path, sources_cache: Path,
                         say: Say) -> dict[str, Any]:
         from harness.engines.llamacpp.remote import build_on_target  # the transports: only when a board builds
 
         patches, flags = self.inputs(spec, experiment_dir)
-        return build_on_target(session, spec.source, flags, patches, sources_cache, say)
+        return build_on_target(session, spec.source or dict(self.default_source), flags, patches, sources_cache, say)

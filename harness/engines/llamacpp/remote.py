@@ -59,9 +59,8 @@ def build_tree_on_target(session: Any, tree: Path | None, identity: dict[str, An
     transport = session.transport
     started = time.monotonic()
     sent = 0
-    patch_records = [{"local": p, "sha256": sha256_file(p)} for p in patches]
-    board_patches = [{"path": f"{cache}/patches/{r['sha256'][:16]}.patch", "sha256": r["sha256"]}
-                     for r in patch_records]
+    patch_sums = [sha256_file(p) for p in patches]
+    board_patches = [{"path": f"{cache}/patches/{sha[:16]}.patch", "sha256": sha} for sha in patch_sums]
     board_source: dict[str, Any]
     if tree is None:
         board_source = {"kind": "git", "url": identity["url"], "commit": identity["commit"]}
@@ -77,10 +76,10 @@ def build_tree_on_target(session: Any, tree: Path | None, identity: dict[str, An
 
     record = _check(session, spec_path)
     if record is None:
-        for local, board in zip(patch_records, board_patches, strict=True):
+        for local, board in zip(patches, board_patches, strict=True):
             if not transport.exists(board["path"]):
-                transport.put(local["local"], board["path"])
-                sent += local["local"].stat().st_size
+                transport.put(local, board["path"])
+                sent += local.stat().st_size
         if tree is not None and not transport.exists(board_source["archive"]):
             say(f"{name}: pushing the {label} source ({identity.get('kind')}) to {cache}/sources")
             sent += _push_tree(transport, tree, board_source["archive"])

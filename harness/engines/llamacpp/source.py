@@ -148,7 +148,7 @@ def _prepare_sdist(spec: str, cache: Path) -> PreparedSource:
             archive = archives[0]
             with tarfile.open(archive) as tf:
                 # The "data" filter refuses absolute paths and links leaving the tree (Python >= 3.11.4).
-                kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                kw: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
                 tf.extractall(tmpd / "x", **kw)
             tops = [p for p in (tmpd / "x").iterdir() if p.is_dir()]
             if len(tops) != 1:
