@@ -242,7 +242,7 @@ class Controller:
     def __init__(self, tmp_path: Path, phase: str, *, runtime_s: float = 1, ignore_sigint: bool = False,
                  release: Path | None = None, results: Path | None = None, extra_yaml: str = "",
                  env: dict[str, str] | None = None, targets_dir: Path | None = None,
-                 scratch: Path | None = None, collect: str = "blockstat, threads") -> None:
+                 scratch: Path | None = None, collect: str = "blockstat, threads", own_scratch: bool = True) -> None:
         slow_only("runs a campaign")
         self.exp = tmp_path / "stopped.yaml"
         self.exp.write_text(STOPPED.format(runtime=runtime_s, collect=collect) + extra_yaml)
@@ -266,7 +266,8 @@ class Controller:
 
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness", "run", str(self.exp), "--results", str(self.results),
-             "--scratch", str(self.scratch), "--targets-dir", str(targets_dir or private_targets_dir())],
+             *(["--scratch", str(self.scratch)] if own_scratch else []),  # off: under each target's workdir
+             "--targets-dir", str(targets_dir or private_targets_dir())],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "HARNESS_PAUSE_AT": phase, "COLUMNS": "200",
                  **({"HARNESS_PAUSE_RELEASE": str(release)} if release else {}), **(env or {})},

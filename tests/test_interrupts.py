@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.results.loader import load_result_set
-from tests.helpers import Controller, live_processes_mentioning, run_campaign
+from tests.helpers import Controller, live_processes_mentioning, private_base, run_campaign, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 
@@ -109,3 +109,35 @@ def test_sigint_reaches_a_controller_started_as_a_background_job(tmp_path: Path)
     code, _, err = ctl.stop(signal.SIGINT)
     assert code == 130, err
     assert statuses(ctl.result_set()) == ["interrupted", "pending"]
+
+
+def two_local_targets(tmp_path: Path) -> Path:
+    """Targets ``a`` and ``b``: this machine twice, each with its own workdir (so its own board lease)."""
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    for name in ("a", "b"):
+        workdir = private_base() / f"work-{tmp_path.name}-{name}"
+        (targets / f"{name}.yaml").write_text(f"platform: linux\ntransport: local\nworkdir: {workdir}\n")
+    return targets
+
+
+@pytest.mark.parametrize("targets", [1, 2])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_during_a_run_is_the_same_for_one_and_for_two_targets(tmp_path: Path, targets: int, signum: int,
+                                                                     code: int) -> None:
+    """Every target runs in a worker thread, a single one too: the stop is one request every worker acts on.
+    Two targets used to stay paused at the run checkpoint forever (the pause was a no-op there)."""
+    if targets == 1:
+        ctl = Controller(tmp_path, "run", runtime_s=30)
+    else:  # no common --scratch: two targets on one machine would create the same data file there at once
+        ctl = Controller(tmp_path, "run", runtime_s=30, targets_dir=two_local_targets(tmp_path),
+                         extra_yaml="targets: [a, b]\n", own_scratch=False)
+    wait_for("every target's runner to run", lambda: sum("paused at run" in x for x in ctl.lines) >= targets or None)
+    got, out, err = ctl.stop(signum)
+    assert got == code, err
+    path = ctl.result_set()
+    assert path.name.endswith(".incomplete")
+    assert statuses(path) == ["interrupted", "pending"] * targets  # each target's runner stopped, its run recorded
+    assert f"interrupted ({signal.Signals(signum).name}): finished runs are kept; the set is marked incomplete" in out
+    assert_nothing_left(ctl, path)
+    assert not list(private_base().glob(f"work-{tmp_path.name}-*/**/*.bin")), "a created data file was left"

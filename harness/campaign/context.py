@@ -1,10 +1,9 @@
 """What every part of a campaign reads: the plan and its experiment, the targets, the set id, what preflight
-prepared (engine builds, synthetic models), the runs a resumed set keeps or adopts, where messages go, and the
-interrupt every target's worker watches."""
+prepared (engine builds, synthetic models), the runs a resumed set keeps or adopts, and where messages go (a stop
+request is stopping.py's)."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -45,8 +44,6 @@ class CampaignContext:
     resumed_running: set[tuple[str, str]] = field(default_factory=set)  # runs a dead controller left running
     reclaim: bool = False  # --resume: take back a lease (labgrid place) this user's dead controller left locked
     retry_perturbed: int = 0  # --retry-perturbed N: a perturbed run is measured again at its round's end, N times
-    # set by the main thread on Ctrl-C: every target's worker stops its runner
-    interrupt: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         loaded = self.plan.experiment

@@ -195,12 +195,11 @@ class RunLifecycle:
     # ------------------------------------------------------------------ started -> done | died | timed-out
     def wait(self, limit_s: float = float("inf")) -> None:
         """Poll for DONE: done, or died when the runner is gone without it; _RunOverdue after ``limit_s``,
-        KeyboardInterrupt when the main thread was told to stop."""
+        KeyboardInterrupt when a stop was requested."""
         transport, done = self.session.transport, f"{self.remote_dir}/DONE"
         delay, deadline = POLL_FIRST_S, time.monotonic() + limit_s
         while not transport.exists(done):
-            if self.ctx.interrupt.is_set():
-                raise KeyboardInterrupt  # Ctrl-C in the main thread; this target's worker stops its runner
+            stopping.check()  # a stop requested: this target's worker stops its runner (execute)
             if self.runner is None or not self.runner.alive(transport):
                 self._to(RunState.DONE if transport.exists(done) else RunState.DIED)
                 return

@@ -5,9 +5,9 @@ run directory, verify it against the runner's checksums. A failing run is record
 campaign goes on; an interrupt stops the current runner cleanly, keeps every finished run and
 leaves the set marked incomplete.
 
-This module is the campaign across targets: preflight, the set created (or reopened for --resume), a thread per
-target, Ctrl-C told to every target, and the finish (tables, the set's final name, figures). What happens before
-a set exists is in ``preflight``, one target's runs in ``target``, one run in ``lifecycle``.
+This module is the campaign across targets: preflight, the set created (or reopened for --resume), a worker thread
+per target (a single one too), a stop told to every target, and the finish (tables, the set's final name, figures).
+What happens before a set exists is in ``preflight``, one target's runs in ``target``, one run in ``lifecycle``.
 """
 
 from __future__ import annotations
@@ -79,10 +79,7 @@ class Campaign:
     def _execute(self, sessions: list[TargetSession], writer: ResultSetWriter) -> CampaignResult:
         complete = interrupted = failed = False
         try:
-            if len(sessions) == 1:
-                run_target(self.ctx, writer, sessions[0])
-            else:
-                self._run_parallel(writer, sessions)
+            self._run_targets(writer, sessions)
             complete = True
         except KeyboardInterrupt:
             # the current runners were stopped and pulled (lifecycle); keep everything done so far
@@ -103,8 +100,10 @@ class Campaign:
         result.interrupted = interrupted or result.interrupted
         return result
 
-    def _run_parallel(self, writer: ResultSetWriter, sessions: list[TargetSession]) -> None:
-        """A thread per target; Ctrl-C reaches the main thread, which tells every target to stop."""
+    def _run_targets(self, writer: ResultSetWriter, sessions: list[TargetSession]) -> None:
+        """A worker thread per target, also for a single one, so a stop behaves the same whatever their number:
+        the main thread only waits, inside a ``stopping.deferred`` section, where a signal becomes the stop
+        request every worker acts on (stopping.py). KeyboardInterrupt here once they all stopped."""
         errors: list[BaseException] = []
 
         def work(session: TargetSession) -> None:
@@ -114,21 +113,19 @@ class Campaign:
                 pass  # this target's runner was stopped and pulled
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread below
                 errors.append(exc)
-                self.ctx.progress.message(f"{session.target.name}: stopped: {exc}")
+                if len(sessions) > 1:  # the others go on; a single target's error is the campaign's own
+                    self.ctx.progress.message(f"{session.target.name}: stopped: {exc}")
 
         threads = [threading.Thread(target=work, args=(s,), name=f"target-{s.target.name}", daemon=True)
                    for s in sessions]
-        for thread in threads:
-            thread.start()
-        try:
+        with stopping.deferred(raise_after=False):
+            for thread in threads:
+                thread.start()
             for thread in threads:
                 while thread.is_alive():
                     thread.join(0.2)
-        except KeyboardInterrupt:
-            self.ctx.interrupt.set()
-            for thread in threads:
-                thread.join()
-            raise
+        if stopping.take_pending():
+            raise KeyboardInterrupt  # every runner was stopped and pulled by its worker
         if errors:
             raise errors[0]
 

@@ -65,8 +65,7 @@ def adopt(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession,
     left = []
     for run in todo:
         if (session.target.name, run.run_id) in ctx.resumed_running:
-            if ctx.interrupt.is_set():
-                raise KeyboardInterrupt
+            stopping.check()
             if session.lease is not None:
                 session.lease.check()
             if pull_finished(ctx, session, writer, run):
@@ -78,8 +77,7 @@ def adopt(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession,
 def measure(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession, paths: dict[str, str],
             run: PlannedRun) -> bool:
     """One run between the board-state checks; True when it was recorded ok but perturbed."""
-    if ctx.interrupt.is_set():
-        raise KeyboardInterrupt
+    stopping.check()
     if session.lease is not None:
         session.lease.check()  # the coordinator gone or the place taken: stop before this run, keep the rest
     target = session.target.name
