@@ -69,6 +69,44 @@ def test_the_scan_sees_a_bare_read(tmp_path: Path) -> None:
     assert manifest_mentions(module) == [6]
 
 
+def manifest_surgery(path: Path) -> list[int]:
+    """The lines of ``path`` that change a writer's manifest in place: ``x.manifest[...] = ...`` (or ``+=``,
+    ``del``) and ``x.manifest.update/setdefault/pop(...)``, past the writer's typed methods."""
+    def on_manifest(node: ast.expr) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "manifest"
+
+    lines = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.Assign, ast.Delete, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            if any(isinstance(t, ast.Subscript) and on_manifest(t.value) for t in targets):
+                lines.add(node.lineno)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("update", "setdefault", "pop", "clear") and on_manifest(node.func.value)):
+            lines.add(node.lineno)
+    return sorted(lines)
+
+
+def test_only_the_writer_changes_a_manifest_in_place() -> None:
+    found = {}
+    for path in sorted((REPO / "harness").rglob("*.py")):
+        name = path.relative_to(REPO).as_posix()
+        lines = manifest_surgery(path)
+        if lines and not name.startswith("harness/results/"):
+            found[name] = lines
+    assert found == {}, f"change a set's manifest through ResultSetWriter's typed methods: {found}"
+
+
+def test_the_surgery_scan_sees_new_writer_as_it_was(tmp_path: Path) -> None:
+    """The scan above must be able to fail: new_writer's old field-by-field assignments are found, reads not."""
+    module = tmp_path / "old.py"
+    module.write_text('def new_writer(writer, ctx):\n'
+                      '    writer.manifest["scratch"] = ctx.scratch\n'
+                      '    writer.manifest.setdefault("resumed", []).append("now")\n'
+                      '    return writer.manifest["runs"], writer.manifest.get("files")\n')
+    assert manifest_surgery(module) == [2, 3]
+
+
 # ------------------------------------------------------------------------------------------ the model
 def test_a_manifest_round_trips_through_the_writer_and_the_loader(tmp_path: Path) -> None:
     (tmp_path / "unit.yaml").write_text(EXPERIMENT)

@@ -138,14 +138,15 @@ def new_writer(ctx: CampaignContext, results_dir: Path) -> ResultSetWriter:
                  targets=[{"name": t.name, "platform": t.platform, "transport": t.transport_kind,
                            "block_device": t.block_device} for t in ctx.targets],
                  plan=[planned(t, r) for t in ctx.targets for r in ctx.plan.runs])
-    writer.manifest["engines"] = {name: build.to_dict() for name, build in ctx.builds.items()}
-    writer.manifest["declared_engines"] = declared.manifest_entries(ctx)  # whole, with sha256
-    writer.manifest["models"] = {name: info for name, (_path, info) in ctx.synth.items()}
-    writer.manifest["matrix"] = {key: list(values) for key, values in experiment.matrix.items()}
-    writer.manifest["baseline"] = experiment.baseline
-    writer.manifest["scratch"] = ctx.scratch  # --resume uses it again (None: the target's workdir)
-    writer.manifest["fio_policy"] = experiment.fio.model_dump()  # allow_exec: said here when it was on
-    writer.save()
+    writer.record_prepared({
+        "engines": {name: build.to_dict() for name, build in ctx.builds.items()},
+        "declared_engines": declared.manifest_entries(ctx),  # whole, with sha256
+        "models": {name: info for name, (_path, info) in ctx.synth.items()},
+        "matrix": {key: list(values) for key, values in experiment.matrix.items()},
+        "baseline": experiment.baseline,
+        "scratch": ctx.scratch,  # --resume uses it again (None: the target's workdir)
+        "fio_policy": experiment.fio.model_dump(),  # allow_exec: said here when it was on
+    })
     return writer
 
 

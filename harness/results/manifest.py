@@ -109,6 +109,18 @@ class UpgradedFrom(TypedDict):
     schema_version: int
 
 
+class Prepared(TypedDict):
+    """What the campaign prepared before its first run (``ResultSetWriter.record_prepared``), in this order."""
+
+    engines: dict[str, dict[str, Any]]  # the engines built for the campaign, by name (EngineBuild.to_dict)
+    declared_engines: dict[str, Any]  # declared engines whole, with sha256
+    models: dict[str, Any]  # synthetic models made for the campaign, by name
+    matrix: dict[str, list[Any]]
+    baseline: Any  # the experiment's baseline cell (its matrix values), if it names one
+    scratch: str | None  # --scratch, used again by --resume (None: the target's workdir)
+    fio_policy: dict[str, Any]  # allow_exec: said here when it was on
+
+
 class Manifest(TypedDict, total=False):
     """A result set's manifest.json. ``schema_version`` and ``set_id`` always; the writer's ``start`` writes the
     rest but ``status``, ``ended`` and what the campaign prepared (``engines`` ... ``fio_policy``); the marks

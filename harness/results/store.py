@@ -27,7 +27,7 @@ from typing_extensions import Unpack  # typing has it from 3.11; the project sup
 from harness import __version__
 from harness.errors import ResultSetError
 from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION, checksums
-from harness.results.manifest import Manifest, RunEntry, RunFields, TargetEntry, TargetFields
+from harness.results.manifest import Manifest, Prepared, RunEntry, RunFields, TargetEntry, TargetFields
 
 
 def new_set_id(experiment_name: str, experiment_text: str, when: dt.datetime | None = None) -> str:
@@ -105,6 +105,13 @@ class ResultSetWriter:
             # a set directory without its manifest could never be resumed: leave none
             shutil.rmtree(self.path, ignore_errors=True)
             raise
+
+    def record_prepared(self, prepared: Prepared) -> None:
+        """Record what the campaign prepared (engines, models, matrix, ...) and save: after ``start``'s keys,
+        in ``Prepared``'s order."""
+        with self.lock:
+            self.manifest.update(cast(Manifest, prepared))  # Prepared is a part of Manifest (mypy wants every key)
+            self.save()
 
     def save(self) -> None:
         """Write the manifest whole or not at all: a full disk leaves the last one intact (and no .tmp)."""
