@@ -24,6 +24,7 @@ from harness.figures.streaming import baseline_cell
 from harness.results.cell import CellKey
 from harness.results.metrics import METRICS
 from harness.results.pairing import BaselineRule, pair_cells
+from harness.results.samples import run_cells
 from harness.results.selection import usable_runs
 from harness.results.tables import BENCH, REQUESTS, RUNS
 
@@ -39,7 +40,7 @@ def observations(runs: pd.DataFrame, table: Callable[[str], pd.DataFrame], param
     if ok.empty:
         return pd.DataFrame()
     several = ok["target"].nunique() > 1
-    cells = [CellKey.of(row, params, target=str(row["target"])) for _, row in ok.iterrows()]
+    cells = run_cells(ok, params)
     info = pd.DataFrame({"run_id": ok["run_id"], "target": ok["target"], "cache": ok["cache"],
                          "index": ok["index"], "cell": cells,
                          "variant": [_shown(cell, several) for cell in cells]})
