@@ -87,3 +87,30 @@ def test_a_cell_missing_on_one_side_is_not_paired() -> None:
     assert [(p.target, p.variant, list(p.base_values), list(p.cand_values)) for p in pairs] == \
         [("b1", "arm=a cold", [1.0], [1.5])]
     assert same_session_pairs(cand, "arm=a") == []  # no arm=a warm for arm=b warm; on b2 only the baseline
+
+
+def test_one_pairing_serves_compare_and_f4_with_their_own_baseline_rule() -> None:
+    """pair_cells: rounds pooled into one sample per cell, never across target or cache condition; F4's rule
+    (no engine label) pairs a bmoe cell with llama.cpp's baseline, compare's wants the same engine label."""
+    from harness.figures.change import f4_baseline
+    from harness.results.pairing import pair_cells, same_cell
+
+    rows = []
+    for target in ("b1", "b2"):
+        for engine, label in (("llama.cpp", "llama-server"), ("bigmoeonedge", "bmoe-cache256")):
+            for arm in "ab":
+                for rnd in (1, 2):
+                    cell = CellKey.of({"arm": arm, "cache": "cold", "engine": engine, "step_label": label},
+                                      ["arm"], target=target)
+                    rows.append({"target": target, "cache": "cold", "variant": cell.label(), "round": rnd,
+                                 "value": float(rnd), "run_id": f"{target}{label}{arm}{rnd}", "cell": cell})
+    found = pd.DataFrame(rows)
+    f4 = pair_cells(found, ["target", "cache"], f4_baseline({"arm": "a"}, ["arm"]), with_self=True)
+    assert {(p.cand.target, p.cand.label(), p.base.label()) for p in f4} == {
+        (t, v, "arm=a cold") for t in ("b1", "b2")
+        for v in ("arm=a cold", "arm=b cold", "bmoe-cache256 arm=a cold", "bmoe-cache256 arm=b cold")}
+    assert all(list(p.cand_rows["round"]) == [1, 2] and p.base.target == p.cand.target for p in f4)
+    compare = same_session_pairs(found.assign(step="s", test="", metric="m"), "arm=a")
+    assert sorted((p.target, p.variant, p.baseline) for p in compare) == [
+        (t, f"{e}arm=b cold", f"{e}arm=a cold") for t in ("b1", "b2") for e in ("", "bmoe-cache256 ")]
+    assert pair_cells(found[found["target"] == "b1"], ["target"], same_cell, base=found[found["target"] == "b2"]) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from harness.errors import UsageError
 from harness.results.cell import CellKey
 from harness.results.loader import ResultSet
 from harness.results.metrics import METRICS, Metric
+from harness.results.pairing import BaselineRule, CellPair, pair_cells, same_cell
 from harness.results.samples import missing_columns, samples
 
 # Count metrics are near-deterministic for a model and build; times move with clocks, heat and neighbours.
@@ -117,65 +119,55 @@ def check_variant(name: str, found: pd.DataFrame, where: str) -> None:
         raise UsageError(f"variant {name!r}: not in {where} (variants: {'; '.join(labels)})")
 
 
-def _cells(group: pd.DataFrame) -> dict[str, CellKey]:
-    """Each variant label of a group of samples and its cell."""
-    return dict(zip(group["variant"], group["cell"], strict=True))
+def _wanted(only: list[CellKey] | None) -> Callable[[CellKey], bool] | None:
+    """The cells a ``--variant`` list keeps (every cell without one)."""
+    return None if not only else (lambda cell: any(cell.matches(o) for o in only))
 
 
-def _wanted(cell: CellKey, only: list[CellKey] | None) -> bool:
-    return not only or any(cell.matches(o) for o in only)
-
-
-def _baseline_of(cell: CellKey, cells: dict[str, CellKey], wanted: CellKey, name: str) -> str | None:
-    """The baseline for ``cell`` among a cell group's variants: the one matching ``wanted`` with the same engine
-    label and cache condition (or the one ``wanted`` names, when it names an engine label or cache condition)."""
+def _baseline_rule(wanted: CellKey, name: str) -> BaselineRule:
+    """The baseline of a cell among its group's cells: the one matching ``wanted`` with the same engine label and
+    cache condition (or the one ``wanted`` names, when it names an engine label or cache condition)."""
     same_kind = not (wanted.engine or wanted.cache)
-    matches = [v for v, c in cells.items()
-               if c.matches(wanted) and (not same_kind or (c.engine, c.cache) == (cell.engine, cell.cache))]
-    if len(matches) > 1:
-        raise UsageError(f"variant {name!r} is ambiguous: it matches {'; '.join(matches)}; name one cell")
-    return matches[0] if matches else None
+
+    def rule(cell: CellKey, cells: Sequence[CellKey]) -> CellKey | None:
+        matches = [c for c in cells
+                   if c.matches(wanted) and (not same_kind or (c.engine, c.cache) == (cell.engine, cell.cache))]
+        if len(matches) > 1:
+            raise UsageError(f"variant {name!r} is ambiguous: it matches {'; '.join(c.label() for c in matches)}; "
+                             "name one cell")
+        return matches[0] if matches else None
+
+    return rule
 
 
-def _side(group: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str]]]:
-    runs = list(dict.fromkeys(zip(group["target"], group["run_id"], strict=True)))
-    return group["value"].to_numpy(dtype=float), runs
+def _pair(pair: CellPair, baseline: str | None = None) -> Pair:
+    """A pairing's result as compare's and gate's row source: ``baseline`` names the other set (across sets),
+    else the baseline cell's variant."""
+    def side(rows: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str]]]:
+        runs = list(dict.fromkeys(zip(rows["target"], rows["run_id"], strict=True)))
+        return rows["value"].to_numpy(dtype=float), runs
+
+    (bv, br), (cv, cr) = side(pair.base_rows), side(pair.cand_rows)
+    target, step, test, metric = (str(part) for part in pair.group[:4])
+    variant = str(pair.cand_rows["variant"].iloc[0])
+    base = baseline if baseline is not None else str(pair.base_rows["variant"].iloc[0])
+    return Pair(target, step, test, metric, variant, base, bv, cv, br, cr)
 
 
 def same_session_pairs(found: pd.DataFrame, baseline_name: str, only: list[str] | None = None) -> list[Pair]:
     """Each variant (other than the baseline, or only those matching ``only``) against the baseline variant of
-    the same target, step and test."""
-    pairs: list[Pair] = []
+    the same target, step and test (:func:`harness.results.pairing.pair_cells`)."""
     wanted = _typed(baseline_name, "the set")
     chosen = [_typed(o, "the set") for o in only] if only else None
-    for (target, step, test, metric), group in found.groupby(GROUP, sort=False):
-        by_variant = dict(list(group.groupby("variant", sort=False)))
-        cells = _cells(group)
-        for variant, cand in by_variant.items():
-            if not _wanted(cells[variant], chosen):
-                continue
-            base = _baseline_of(cells[variant], cells, wanted, baseline_name)
-            if base is None or base == variant:
-                continue
-            (bv, br), (cv, cr) = _side(by_variant[base]), _side(cand)
-            pairs.append(Pair(target, step, test, metric, variant, base, bv, cv, br, cr))
-    return pairs
+    return [_pair(p) for p in pair_cells(found, GROUP, _baseline_rule(wanted, baseline_name), wanted=_wanted(chosen))]
 
 
 def cross_set_pairs(base: pd.DataFrame, cand: pd.DataFrame, base_id: str, only: list[str] | None = None
                     ) -> list[Pair]:
     """The same cell (target, variant, step, test, metric) in the baseline set and the candidate set."""
-    keys = [*GROUP, "variant"]
-    base_groups = dict(list(base.groupby(keys, sort=False)))
-    pairs: list[Pair] = []
     chosen = [_typed(o, "the set") for o in only] if only else None
-    for key, group in cand.groupby(keys, sort=False):
-        if key not in base_groups or not _wanted(group["cell"].iloc[0], chosen):
-            continue
-        (bv, br), (cv, cr) = _side(base_groups[key]), _side(group)
-        target, step, test, metric, variant = (str(part) for part in key)
-        pairs.append(Pair(target, step, test, metric, variant, base_id, bv, cv, br, cr))
-    return pairs
+    return [_pair(p, base_id) for p in pair_cells(cand, [*GROUP, "variant"], same_cell, base=base,
+                                                  wanted=_wanted(chosen))]
 
 
 def fmt(value: Any, digits: int = 3) -> str:

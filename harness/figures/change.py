@@ -10,7 +10,7 @@ and the gate never disagree. Ratios are drawn on a log axis, where ×0.5 and ×2
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from harness.figures.layout import label_width_in, ratio_axis, stacked_label
 from harness.figures.streaming import baseline_cell
 from harness.results.cell import CellKey
 from harness.results.metrics import METRICS
+from harness.results.pairing import BaselineRule, pair_cells
+from harness.results.samples import run_cells
 from harness.results.selection import usable_runs
 from harness.results.tables import BENCH, REQUESTS, RUNS
 
@@ -38,7 +40,7 @@ def observations(runs: pd.DataFrame, table: Callable[[str], pd.DataFrame], param
     if ok.empty:
         return pd.DataFrame()
     several = ok["target"].nunique() > 1
-    cells = [CellKey.of(row, params, target=str(row["target"])) for _, row in ok.iterrows()]
+    cells = run_cells(ok, params)
     info = pd.DataFrame({"run_id": ok["run_id"], "target": ok["target"], "cache": ok["cache"],
                          "index": ok["index"], "cell": cells,
                          "variant": [_shown(cell, several) for cell in cells]})
@@ -74,24 +76,33 @@ def _panel_title(name: str, data: pd.DataFrame, ok: pd.DataFrame) -> str:
 
 def ratio_table(obs: pd.DataFrame, params: list[str], baseline: dict[str, Any]) -> pd.DataFrame:
     """Per panel and variant: ratio of medians vs the baseline variant of the same target and cache condition,
-    its 95 % CI and Mann-Whitney p (``harness.analysis.ratios``); the baseline's own row has ratio 1."""
+    its 95 % CI and Mann-Whitney p (``harness.analysis.ratios``); the baseline's own row has ratio 1. The baseline
+    is the experiment's ``baseline`` matrix values with no engine label (:func:`f4_baseline`), paired by
+    :func:`harness.results.pairing.pair_cells` like compare's and gate's."""
     if obs.empty:
         return pd.DataFrame()
     rows = []
-    for (panel, target, cache), group in obs.groupby(["panel", "target", "cache"], sort=False):
-        base_cell = CellKey.of({**baseline, "cache": cache}, params, target=str(target))
-        base = group.loc[group["cell"] == base_cell, "value"]
-        if base.empty:
-            continue  # no baseline measured under this condition: nothing to compare with
-        for variant, cand in group.groupby("variant", sort=False):
-            is_base = bool((cand["cell"] == base_cell).all())
-            est = ratio_of_medians(base, cand["value"])
-            rows.append({"panel": panel, "target": target, "cache": cache, "variant": variant,
-                         "index": cand["index"].min(), "is_baseline": is_base,
-                         "ratio": 1.0 if is_base else est.ratio, "low": 1.0 if is_base else est.low,
-                         "high": 1.0 if is_base else est.high, "p": est.p, "n_baseline": est.n_baseline,
-                         "n_candidate": est.n_candidate})
+    for pair in pair_cells(obs, ["panel", "target", "cache"], f4_baseline(baseline, params), with_self=True):
+        panel, target, cache = pair.group
+        cand = pair.cand_rows
+        is_base = pair.cand == pair.base
+        est = ratio_of_medians(pair.base_rows["value"], cand["value"])
+        rows.append({"panel": panel, "target": target, "cache": cache, "variant": cand["variant"].iloc[0],
+                     "index": cand["index"].min(), "is_baseline": is_base,
+                     "ratio": 1.0 if is_base else est.ratio, "low": 1.0 if is_base else est.low,
+                     "high": 1.0 if is_base else est.high, "p": est.p, "n_baseline": est.n_baseline,
+                     "n_candidate": est.n_candidate})
     return pd.DataFrame(rows)
+
+
+def f4_baseline(baseline: dict[str, Any], params: list[str]) -> BaselineRule:
+    """F4's baseline rule: the experiment's ``baseline`` values under the cell's cache condition on its target,
+    with no engine label, so a bmoe or declared-engine cell is drawn against llama.cpp's baseline (compare and
+    gate, unlike F4, want the same engine label)."""
+    def rule(cell: CellKey, cells: Sequence[CellKey]) -> CellKey | None:
+        return CellKey.of({**baseline, "cache": cell.cache}, params, target=cell.target)
+
+    return rule
 
 
 def _variant_order(ratios: pd.DataFrame) -> list[str]:

@@ -13,6 +13,8 @@ as perturbed, :func:`perturbed_note`'s.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from harness.results.cell import CellKey
@@ -39,6 +41,12 @@ def labelled_runs(result_set: ResultSet) -> pd.DataFrame:
     return runs.assign(variant=variants(runs, matrix_keys(result_set)))
 
 
+def run_cells(runs: pd.DataFrame, params: Sequence[str]) -> list[CellKey]:
+    """Each run's cell (a runs table's rows, the experiment's matrix keys ``params``): the one place a runs row
+    becomes a :class:`CellKey`, for compare, gate and F4 alike."""
+    return [CellKey.of(row, params, target=str(row["target"])) for _, row in runs.iterrows()]
+
+
 def missing_columns(result_set: ResultSet, metric: Metric) -> list[str]:
     """The columns ``metric`` is computed from that the set's table lacks (all of them when it has no rows)."""
     table = result_set.table(metric.table.name)
@@ -57,7 +65,7 @@ def samples(result_set: ResultSet, metric: Metric) -> pd.DataFrame:
         "test": table[metric.test].astype(str) if metric.test and metric.test in table else ""})
     ok = usable_runs(runs)
     params = matrix_keys(result_set)
-    ok = ok.assign(cell=[CellKey.of(row, params, target=str(row["target"])) for _, row in ok.iterrows()])
+    ok = ok.assign(cell=run_cells(ok, params))
     ok = ok[["run_id", "target", "variant", "step_label", "round", "cell"]]
     rows = observed.merge(ok, on=["run_id", "target"], how="inner").rename(columns={"step_label": "step"})
     rows = rows[rows["value"].notna() & (rows["value"].abs() != float("inf"))]
