@@ -147,12 +147,10 @@ def wait_shares(rows: Iterable[Mapping[str, Any]], t0: int, t1: int,
     totals: dict[str, float | None] = {}
     for interval, _excess in intervals:
         for name, value in interval.items():
-            if value is None or totals.get(name, 0.0) is None:
-                totals[name] = None
-            else:
-                totals[name] = totals.get(name, 0.0) + value  # type: ignore[operator]
+            so_far = totals.get(name, 0.0)
+            totals[name] = None if value is None or so_far is None else so_far + value
     available = [c for c in COUNTERS if _delta(reads[0], reads[-1], c) is not None]
-    shares = {c: None if totals.get(c) is None else totals[c] / wall for c in CLASSES}  # type: ignore[operator]
+    shares = {c: None if (total := totals.get(c)) is None else total / wall for c in CLASSES}
     return {**shares, "overlap_s": overlap / 1e9, "covered_s": wall / 1e9,
             "t_first_ns": int(reads[0]["t_ns"]), "t_last_ns": int(reads[-1]["t_ns"]), "available": available}
 

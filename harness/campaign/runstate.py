@@ -33,7 +33,7 @@ def read_tj(session: Any) -> tuple[str | None, float | None]:
     if not zones:
         return None, None
     junction = [name for name in zones if "tj" in name.lower()]
-    name = junction[0] if junction else max(zones, key=zones.get)  # type: ignore[arg-type]
+    name = junction[0] if junction else max(zones, key=lambda zone: zones[zone])
     return name, zones[name]
 
 

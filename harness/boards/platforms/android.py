@@ -7,6 +7,7 @@ reclaim during decode (pgscan/pgsteal, refaults, PSI) is what the vmstat and psi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from harness.boards.platforms import checks as C
@@ -27,7 +28,7 @@ class AndroidPlatform(LinuxPlatform):
         **C.GATES,
     }
 
-    def probe(self, session: Any, files: list[str], tools: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    def probe(self, session: Any, files: list[str], tools: Sequence[str] = ()) -> dict[str, Any]:
         try:
             facts = super().probe(session, files, tools)
         except TargetError:

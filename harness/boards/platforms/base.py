@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -34,7 +34,7 @@ class Platform(ABC):
     name: ClassVar[str]
     expectations: ClassVar[dict[str, str]] = {}  # name -> what it checks (for errors and docs)
 
-    def probe(self, session: Any, files: list[str], tools: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    def probe(self, session: Any, files: list[str], tools: Sequence[str] = ()) -> dict[str, Any]:
         argv = [session.python, "-m", "runner", "probe", "--block-device", session.target.block_device]
         for path in files:
             argv += ["--file", path]

@@ -6,6 +6,7 @@ MAXN_SUPER in ``nvpmodel -q`` while its GPU devfreq table still ended at 624.75 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from harness.boards.platforms import checks as C
@@ -43,7 +44,7 @@ class JetsonPlatform(LinuxPlatform):
         **C.GATES,
     }
 
-    def probe(self, session: Any, files: list[str], tools: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    def probe(self, session: Any, files: list[str], tools: Sequence[str] = ()) -> dict[str, Any]:
         return enrich(super().probe(session, files, tools))
 
     def check(self, expect: dict[str, Any], facts: dict[str, Any], session: Any) -> list[ExpectationResult]:

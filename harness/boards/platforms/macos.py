@@ -7,6 +7,7 @@ was NOT cleared (the InferSSD Mac numbers were measured that way).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from harness.boards.platforms.base import ExpectationResult, Platform, register_platform
@@ -26,7 +27,7 @@ class MacPlatform(Platform):
         "cache_drop": "purge: the page cache can be dropped with sudo purge (cold runs need it)",
     }
 
-    def probe(self, session: Any, files: list[str], tools: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    def probe(self, session: Any, files: list[str], tools: Sequence[str] = ()) -> dict[str, Any]:
         return enrich(super().probe(session, files, tools))
 
     def check(self, expect: dict[str, Any], facts: dict[str, Any], session: Any) -> list[ExpectationResult]:

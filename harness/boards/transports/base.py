@@ -133,7 +133,7 @@ class ShellFileProbes:
         return self.run(["test", "-e", remote]).returncode == 0
 
     def file_size(self, remote: str) -> int | None:
-        return shell_file_size(self, remote)  # type: ignore[arg-type]
+        return shell_file_size(self, remote)  # type: ignore[arg-type]  # a mixin: the class it joins is the Transport
 
     def read_file(self, remote: str) -> bytes:
         done = self.run(["cat", remote])
