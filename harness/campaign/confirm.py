@@ -29,7 +29,9 @@ from harness.results.loader import is_result_set, read_manifest
 from harness.results.manifest import Manifest
 from harness.results.store import ResultSetWriter
 
-CellKey = tuple[str, str, str]  # step label, params (JSON, sorted keys), cache
+# a planned cell to re-run: step label, params (JSON, sorted keys), cache; not results.cell.CellKey, which names
+# a measured cell (target, engine, matrix values, cache)
+PlanCell = tuple[str, str, str]
 
 
 def experiment_of(set_path: Path, manifest: Manifest) -> LoadedExperiment:
@@ -45,15 +47,15 @@ def experiment_of(set_path: Path, manifest: Manifest) -> LoadedExperiment:
     return load_resolved(original if unchanged else copy)
 
 
-def _cell_key(step_label: str, params: dict[str, Any], cache: str) -> CellKey:
+def _plan_cell(step_label: str, params: dict[str, Any], cache: str) -> PlanCell:
     return step_label, json.dumps(params, sort_keys=True, default=str), cache
 
 
-def confirmation_plan(loaded: LoadedExperiment, cells: set[CellKey], rounds: int) -> Plan:
+def confirmation_plan(loaded: LoadedExperiment, cells: set[PlanCell], rounds: int) -> Plan:
     """The experiment's runs of ``cells`` only, in ``rounds`` interleaved rounds, numbered from 1."""
     more = LoadedExperiment(loaded.experiment.model_copy(update={"rounds": rounds}), loaded.doc, loaded.path,
                             loaded.text)
-    chosen = [run for run in build_plan(more).runs if _cell_key(run.cell.label, run.params, run.cache) in cells]
+    chosen = [run for run in build_plan(more).runs if _plan_cell(run.cell.label, run.params, run.cache) in cells]
     plan = Plan(more)
     for index, run in enumerate(chosen, start=1):
         run_id = f"{index:04d}-{run.run_id.split('-', 1)[1]}"
@@ -67,7 +69,7 @@ def confirm(set_path: Path, run_ids: Iterable[tuple[str, str]], rounds: int, *, 
     manifest = read_manifest(set_path)
     wanted = set(run_ids)
     entries = [run for run in manifest["runs"] if (run["target"], run["run_id"]) in wanted]
-    cells = {_cell_key(run["step_label"], run.get("params") or {}, run["cache"]) for run in entries}
+    cells = {_plan_cell(run["step_label"], run.get("params") or {}, run["cache"]) for run in entries}
     plan = confirmation_plan(experiment_of(set_path, manifest), cells, rounds)
     if not plan.runs:
         raise UsageError(f"{set_path}: none of the cells to confirm is in its experiment any more")
