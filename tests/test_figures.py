@@ -26,7 +26,7 @@ from harness.figures import FIGURES, FigureContext
 from harness.figures import base as figures_base
 from harness.figures.bandwidth import FROM_DECODE, FROM_FIO, bound_table, cell_efficiency
 from harness.figures.base import NUMBERS_KEY
-from harness.figures.change import observations
+from harness.figures.change import observations, ratio_table
 from harness.figures.report import draw_figures
 from harness.figures.threads import CLASSES, thread_range, thread_state_table
 from harness.results import SCHEMA_VERSION
@@ -276,6 +276,23 @@ def test_decode_panel_names_every_engine_whose_requests_it_holds() -> None:
     assert set(obs["panel"]) == {"bmoe / llama-server decode (tok/s)"}
     alone = observations(runs.iloc[:1], lambda name: tables.get(name, pd.DataFrame()), PARAMS)
     assert set(alone["panel"]) == {"llama-server decode (tok/s)"}
+
+
+def test_change_vs_baseline_pairs_each_target_with_its_own_runs_when_run_ids_repeat() -> None:
+    # a set with two targets holds the same run ids once per target: joining on run_id alone gave each target's
+    # cells the other's requests too (alpha's ×2 and beta's ×4 both drawn as one mixed ratio, n doubled)
+    runs = pd.DataFrame({"run_id": ["0001-a", "0002-b"] * 2, "index": [1, 2] * 2, "status": "ok",
+                         "target": ["alpha", "alpha", "beta", "beta"], "step": "llama-server", "cache": "cold",
+                         "read_ahead_kb": [128, 8192] * 2})
+    decode = {("alpha", "0001-a"): 10.0, ("alpha", "0002-b"): 20.0, ("beta", "0001-a"): 5.0, ("beta", "0002-b"): 20.0}
+    requests = pd.DataFrame([{"run_id": run_id, "target": target, "decode_tps": tps + 0.1 * i}
+                             for (target, run_id), tps in decode.items() for i in range(5)])
+    tables = {"requests": requests, "bench": pd.DataFrame()}
+    obs = observations(runs, lambda name: tables.get(name, pd.DataFrame()), PARAMS)
+    ratios = ratio_table(obs, PARAMS, {"read_ahead_kb": 128}).set_index("variant")
+    assert list(ratios["n_candidate"]) == [5, 5, 5, 5]
+    assert ratios.loc["alpha: read_ahead_kb=8192 cold", "ratio"] == pytest.approx(20.2 / 10.2)
+    assert ratios.loc["beta: read_ahead_kb=8192 cold", "ratio"] == pytest.approx(20.2 / 5.2)
 
 
 def test_thread_states_fractions_of_a_hand_made_threads_table() -> None:

@@ -24,7 +24,7 @@ from harness.figures.streaming import baseline_cell
 from harness.results.cell import CellKey
 from harness.results.metrics import METRICS
 from harness.results.pairing import BaselineRule, pair_cells
-from harness.results.samples import run_cells
+from harness.results.samples import select
 from harness.results.selection import usable_runs
 from harness.results.tables import BENCH, REQUESTS, RUNS
 
@@ -32,29 +32,28 @@ from harness.results.tables import BENCH, REQUESTS, RUNS
 F4_PANELS = {"decode_tps": "llama-server decode", "prefill_tps": "llama-server prefill",
              "bench_tps": "llama-bench {test}"}
 F4_METRICS = ("decode_tps", "bench_tps")
+# the runs columns F4 carries onto its rows: the cache condition it groups by, the plan index it orders by, the step
+# kind a decode panel is titled by
+F4_RUN_COLUMNS = {"cache": "cache", "index": "index", "step": "step_kind"}
 
 
 def observations(runs: pd.DataFrame, table: Callable[[str], pd.DataFrame], params: list[str]) -> pd.DataFrame:
-    """One row per observation of an ok run: panel, target, cache, variant, plan index, value."""
+    """One row per observation of an ok run: panel, target, cache, variant, plan index, value. The rows are
+    :func:`harness.results.samples.select`'s, the selection compare and gate use, keeping infinite values."""
     ok = usable_runs(runs)
     if ok.empty:
         return pd.DataFrame()
-    several = ok["target"].nunique() > 1
-    cells = run_cells(ok, params)
-    info = pd.DataFrame({"run_id": ok["run_id"], "target": ok["target"], "cache": ok["cache"],
-                         "index": ok["index"], "cell": cells,
-                         "variant": [_shown(cell, several) for cell in cells]})
+    several = ok["target"].nunique() > 1  # how cells are named on the axis, not which samples are drawn
     frames = []
     for name in F4_METRICS:
         metric = METRICS[name]
-        data = table(metric.table.name)
-        if data.empty or not set(metric.needs) <= set(data.columns):
+        rows = select(runs, table, params, metric, keep_inf=True, run_columns=F4_RUN_COLUMNS)
+        if rows.empty:
             continue
-        tests = data[metric.test].astype(str) if metric.test else pd.Series("", index=data.index)
-        title = _panel_title(name, data, ok)
-        obs = pd.DataFrame({"run_id": data["run_id"], "value": metric.observations(data),
-                            "panel": [f"{title.format(test=t)} ({metric.unit})" for t in tests]})
-        frames.append(obs.merge(info, on="run_id").dropna(subset=["value"]))
+        title = _panel_title(name, rows)
+        frames.append(rows.assign(
+            panel=[f"{title.format(test=t)} ({metric.unit})" for t in rows["test"]],
+            variant=[_shown(cell, several) for cell in rows["cell"]]))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -63,12 +62,12 @@ def _shown(cell: CellKey, several: bool) -> str:
     return f"{cell.target}: {cell.label()}" if several else cell.label()
 
 
-def _panel_title(name: str, data: pd.DataFrame, ok: pd.DataFrame) -> str:
+def _panel_title(name: str, rows: pd.DataFrame) -> str:
     """The panel's title; decode rows name the steps that produced them when another engine (bmoe, a declared
     engine) fills the requests table beside llama-server."""
     title = F4_PANELS[name]
     if name == "decode_tps":
-        steps = sorted(set(ok.loc[ok["run_id"].isin(data["run_id"]), "step"].astype(str)))
+        steps = sorted(set(rows["step_kind"].astype(str)))
         if steps and steps != ["llama-server"]:
             title = " / ".join(steps) + " decode"
     return title

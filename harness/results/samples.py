@@ -13,7 +13,7 @@ as perturbed, :func:`perturbed_note`'s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -57,19 +57,41 @@ def missing_columns(result_set: ResultSet, metric: Metric) -> list[str]:
 
 def samples(result_set: ResultSet, metric: Metric) -> pd.DataFrame:
     """Every finite observation of ``metric`` in the set's runs with status ok, as tidy rows (SAMPLE_COLUMNS)."""
-    table, runs = result_set.table(metric.table.name), labelled_runs(result_set)
-    if table.empty or runs.empty or missing_columns(result_set, metric):
+    if missing_columns(result_set, metric):
         return pd.DataFrame(columns=SAMPLE_COLUMNS)
+    return select(labelled_runs(result_set), result_set.table, matrix_keys(result_set), metric)
+
+
+def select(runs: pd.DataFrame, table: Callable[[str], pd.DataFrame], params: Sequence[str], metric: Metric, *,
+           keep_inf: bool = False, run_columns: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """The one selection of samples for compare, gate and F4: every observation of ``metric`` (from ``table``, a
+    table by name) in the usable runs of ``runs``, joined on (run_id, target), since a set with several targets
+    holds the same run ids once per target, as SAMPLE_COLUMNS rows. NaN is never a sample; ``keep_inf`` keeps
+    infinite values (F4 draws what the gate's ratio would make of them; compare and gate leave them out).
+    ``run_columns`` maps further runs columns onto row columns (F4's cache, plan index, step kind). A table
+    without a ``target`` column (hand-made tables) joins on run_id alone. Rows keep the table's order, which the
+    bootstrap's resampling depends on."""
+    extra = dict(run_columns or {})
+    columns = [*SAMPLE_COLUMNS, *extra.values()]
+    data = table(metric.table.name)
+    if data.empty or runs.empty or not set(metric.needs) <= set(data.columns):
+        return pd.DataFrame(columns=columns)
     observed = pd.DataFrame({
-        "run_id": table["run_id"], "target": table["target"], "value": metric.observations(table),
-        "test": table[metric.test].astype(str) if metric.test and metric.test in table else ""})
+        "run_id": data["run_id"], "value": metric.observations(data),
+        "test": data[metric.test].astype(str) if metric.test and metric.test in data else ""})
+    on = ["run_id"]
+    if "target" in data:
+        observed, on = observed.assign(target=data["target"]), ["run_id", "target"]
     ok = usable_runs(runs)
-    params = matrix_keys(result_set)
-    ok = ok.assign(cell=run_cells(ok, params))
-    ok = ok[["run_id", "target", "variant", "step_label", "round", "cell"]]
-    rows = observed.merge(ok, on=["run_id", "target"], how="inner").rename(columns={"step_label": "step"})
-    rows = rows[rows["value"].notna() & (rows["value"].abs() != float("inf"))]
-    return rows.assign(metric=metric.name)[SAMPLE_COLUMNS].reset_index(drop=True)
+    cells = run_cells(ok, params)
+    ok = ok.assign(cell=cells, **({} if "variant" in ok else {"variant": [cell.label() for cell in cells]}))
+    ok = pd.DataFrame({**{name: ok[name] for name in ("run_id", "target", "variant", "cell")},
+                       "step": ok["step_label"] if "step_label" in ok else None,
+                       "round": ok["round"] if "round" in ok else None,
+                       **{row: ok[name] for name, row in extra.items()}})
+    rows = observed.merge(ok, on=on, how="inner")
+    finite = rows["value"].notna() if keep_inf else rows["value"].notna() & (rows["value"].abs() != float("inf"))
+    return rows[finite].assign(metric=metric.name)[columns].reset_index(drop=True)
 
 
 def runs_not_ok(result_set: ResultSet) -> pd.DataFrame:
