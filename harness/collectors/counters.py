@@ -16,6 +16,7 @@ from harness.config.validate import StrictModel
 from harness.parsers import parse
 from harness.parsers.counters import counter_notes
 from harness.parsers.sampler import process_records
+from runner.contract import CollectorSpec
 
 
 class CountersConfig(StrictModel):
@@ -31,6 +32,9 @@ class Counters(CollectorKind):
     """Per thread and read: on-CPU, runqueue and delay-accounting counters; PSI once per read."""
 
     name, Config, table, raw_file, parser = "counters", CountersConfig, "thread_counters", "counters.txt", "counters"
+
+    def runner_spec(self, config: CountersConfig) -> CollectorSpec:
+        return {"kind": self.name, "period_ms": config.period_ms, "reader": config.reader, "tree": config.tree}
 
     def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
         raw = run_dir / self.raw_file

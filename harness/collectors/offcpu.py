@@ -22,6 +22,7 @@ from harness.config.validate import StrictModel
 from harness.parsers import parse
 from harness.parsers.offcpu import missed_events, offcpu_notes
 from harness.parsers.sampler import process_records
+from runner.contract import CollectorSpec
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,9 @@ class Offcpu(CollectorKind):
     """Per thread and class: time asleep and the wait for a CPU after each wake-up, cumulative per snapshot."""
 
     name, Config, table, raw_file, parser = "offcpu", OffcpuConfig, "offcpu", "offcpu.txt", "offcpu"
+
+    def runner_spec(self, config: OffcpuConfig) -> CollectorSpec:
+        return {"kind": self.name, "period_ms": config.period_ms, "optional": config.optional}
 
     def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
         raw = run_dir / self.raw_file

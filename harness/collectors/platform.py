@@ -21,6 +21,7 @@ from harness.config.validate import StrictModel
 from harness.errors import ToolMissingError
 from harness.parsers import ParseError
 from harness.parsers.snapshots import reclaim_summary
+from runner.contract import CollectorSpec
 
 
 class PlatformConfig(StrictModel):
@@ -36,6 +37,9 @@ def _config(default_ms: int, minimum_ms: int = 10) -> type[PlatformConfig]:
 
 
 class PlatformCollector(CollectorKind):
+    def runner_spec(self, config: PlatformConfig) -> CollectorSpec:
+        return {"kind": self.name, "period_ms": config.period_ms, "optional": config.optional}
+
     def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
         try:
             tables = super().ingest(run_dir, record)

@@ -15,6 +15,7 @@ from harness.collectors.base import CollectorKind, register_collector
 from harness.config.validate import StrictModel
 from harness.parsers._common import header_fields
 from harness.parsers.sampler import process_records, sampler_lateness
+from runner.contract import CollectorSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -88,6 +89,10 @@ class Threads(CollectorKind):
     processes (``processes``)."""
 
     name, Config, table, raw_file, parser = "threads", ThreadsConfig, "threads", "threads.txt", "sampler-threads"
+
+    def runner_spec(self, config: ThreadsConfig) -> CollectorSpec:
+        return {"kind": self.name, "period_ms": config.period_ms, "stat_ms": config.stat_ms, "wchan": config.wchan,
+                "gate": config.gate, "tree": config.tree}
 
     def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, pa.Table]:
         from harness.collectors.sampler_tables import sampler_threads_table  # pyarrow: with ingest only
