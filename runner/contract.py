@@ -152,7 +152,7 @@ class InterferenceRecord(TypedDict, total=False):
 class _RunRecordKeys(TypedDict):
     contract: str  # CONTRACT_VERSION of the runner that wrote it
     run_id: Optional[str]
-    spec: Dict[str, Any]  # the RunSpec as read
+    spec: RunSpec  # the spec as read (a refused one may be of another contract: the controller never reads it)
     status: str  # ok, failed (step, cache, collector or emulation refused; or a refused spec), interrupted, error
     error: Optional[str]  # one line for failed and interrupted; "runner error: ..." for error
     runner: RunnerInfo

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from harness.config.validate import StrictModel, validate
 from harness.parsers import parse
 from harness.registry import Registry, RegistryError, check_implemented, origin
-from runner.contract import CollectorSpec
+from runner.contract import CollectorSpec, RunRecord
 
 Rows = list[dict[str, Any]]
 
@@ -30,7 +30,7 @@ class CollectorKind:
         options says them in its own runner_spec (tests/test_collector_spec.py: every option reaches the spec)."""
         return {"kind": self.name, "period_ms": config.period_ms}
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         raw = run_dir / self.raw_file
         if not raw.exists():
             return {}
