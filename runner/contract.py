@@ -9,7 +9,8 @@ without ``contract`` is "0.0": it was written before the contract existed.
 The TypedDicts describe the keys (Python 3.8 ``typing.TypedDict``; nothing checks them at run time, the type
 checker does). The controller builds the spec in harness/campaign/spec.py (``build_spec`` returns a ``RunSpec``;
 collectors and emulation give their parts as ``CollectorSpec`` and ``EmulateSpec``), the runner writes the record
-in runner/agent.py, the controller reads it as a ``RunRecord`` (harness/campaign/pull.py, harness/results/ingest.py).
+in runner/agent.py (annotated with these types), the controller reads it as a ``RunRecord`` (harness/campaign/pull.py,
+harness/results/ingest.py and every kind's ``ingest``).
 """
 
 from typing import Any, Dict, List, Optional, TypedDict
@@ -157,12 +158,12 @@ class _RunRecordKeys(TypedDict):
     error: Optional[str]  # one line for failed and interrupted; "runner error: ..." for error
     runner: RunnerInfo
     started: Clock
-    ended: Clock
 
 
 class RunRecord(_RunRecordKeys, total=False):
     """``run.json``: what happened, written with SHA256SUMS and then DONE, whatever happened."""
 
+    ended: Clock  # every run.json has it: written last (runner.agent._finish), after the record was built
     traceback: str  # status error: the runner's own bug
     block_device: Optional[str]  # the device resolved for the run's files
     strays_stopped: Dict[str, Any]  # processes an earlier, killed run of the set left: stopped, left
