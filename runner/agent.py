@@ -12,11 +12,12 @@ import socket
 import sys
 import time
 import traceback
+from typing import Any, Dict, List, Optional
 
 from runner import RUNNER_VERSION, pagecache, reap, util
 from runner.collectors.base import CollectorError
 from runner.collectors.run import Collectors
-from runner.contract import CONTRACT_VERSION, incompatible
+from runner.contract import CONTRACT_VERSION, RunRecord, RunSpec, incompatible
 from runner.emulation.base import EmulationError
 from runner.emulation.repair import repair as repair_emulation
 from runner.emulation.run import Emulation
@@ -56,16 +57,14 @@ def _settle(device, timeout_s=5.0):
     return inflight
 
 
-def _new_record(spec, **fields):
-    record = {"contract": CONTRACT_VERSION, "run_id": spec.get("run_id"), "spec": spec, "status": "running",
-              "error": None, "runner": {"version": RUNNER_VERSION, "pid": os.getpid(),
-                                        "python": sys.version.split()[0], "host": socket.gethostname()},
-              "started": now()}
-    record.update(fields)
-    return record
+def _new_record(spec: RunSpec, status: str = "running", error: Optional[str] = None) -> RunRecord:
+    return {"contract": CONTRACT_VERSION, "run_id": spec.get("run_id"), "spec": spec, "status": status,
+            "error": error, "runner": {"version": RUNNER_VERSION, "pid": os.getpid(),
+                                       "python": sys.version.split()[0], "host": socket.gethostname()},
+            "started": now()}
 
 
-def _finish(run_dir, record):
+def _finish(run_dir: str, record: RunRecord) -> None:
     """run.json, SHA256SUMS, then DONE (with the status): the controller pulls the run once DONE is there."""
     record["ended"] = now()
     write_json(os.path.join(run_dir, "run.json"), record)
@@ -74,14 +73,14 @@ def _finish(run_dir, record):
         done.write(record["status"] + "\n")
 
 
-def _refuse(spec, run_dir, reason):
+def _refuse(spec: RunSpec, run_dir: str, reason: str) -> int:
     """A spec this runner cannot read: nothing runs; run.json (status failed) and DONE say why, and stderr."""
     _finish(run_dir, _new_record(spec, status="failed", error=reason))
     print(reason, file=sys.stderr, flush=True)
     return REFUSED_EXIT
 
 
-def _claim(spec, run_dir):
+def _claim(spec: RunSpec, run_dir: str) -> Dict[str, Any]:
     """Mark this run's processes and stop what an earlier, killed run of the set left running."""
     # every process of this run (collectors, samplers, the step's) inherits the mark: what a killed run left is
     # found by it (runner.reap) and stopped before the next run of the set is measured
@@ -95,7 +94,7 @@ def _claim(spec, run_dir):
     return reap.reap(scope, keep_mark=mark)
 
 
-def _measure(ctx, record, native_bin, files, device):
+def _measure(ctx: RunContext, record: RunRecord, native_bin: str, files: List[str], device: Optional[str]) -> None:
     """Everything before, during and after the step that can fail the run; sets status "ok" at the end."""
     spec, emulation = ctx.spec, ctx.emulation
     repaired = repair_emulation()  # a runner killed mid-run may have left read_ahead_kb or a cgroup
@@ -118,7 +117,8 @@ def _measure(ctx, record, native_bin, files, device):
     record["status"] = "ok"
 
 
-def _clean_up(ctx, record, native_bin, files, device):
+def _clean_up(ctx: RunContext, record: RunRecord, native_bin: str, files: List[str],
+             device: Optional[str]) -> None:
     """Stop what the run started, undo its emulation, stop the collectors; what is left goes into the record."""
     for signum in STOP_SIGNALS:  # nothing may cut the clean-up short
         signal.signal(signum, signal.SIG_IGN)
@@ -147,7 +147,7 @@ def _clean_up(ctx, record, native_bin, files, device):
         record["cache"]["after_error"] = str(exc)
 
 
-def run(spec_path):
+def run(spec_path: str) -> int:
     """Run one spec; 0 when the run is ok, 1 when it is not, 2 when the spec was refused."""
     spec_path = os.path.abspath(spec_path)
     run_dir = os.path.dirname(spec_path)
@@ -161,7 +161,7 @@ def run(spec_path):
     strays = _claim(spec, run_dir)
     native_bin = util.native_bin(spec)
     files = spec.get("cache_files", [])
-    record = _new_record(spec, run_id=spec["run_id"])
+    record = _new_record(spec)  # its run_id is there: _claim read it
     device = resolve_block_device(spec.get("block_device", "auto"), files)
     record["block_device"] = device
     if strays["stopped"]:
@@ -172,11 +172,12 @@ def run(spec_path):
     try:
         _measure(ctx, record, native_bin, files, device)
     except (StepFailed, pagecache.CacheStateError, CollectorError, EmulationError) as exc:
-        record.update(status="failed", error=str(exc))
+        record["status"], record["error"] = "failed", str(exc)
     except Interrupted as exc:
-        record.update(status="interrupted", error=str(exc))
+        record["status"], record["error"] = "interrupted", str(exc)
     except Exception as exc:  # a runner bug must still leave a record and a DONE
-        record.update(status="error", error="runner error: %r" % exc, traceback=traceback.format_exc())
+        record["status"], record["error"] = "error", "runner error: %r" % exc
+        record["traceback"] = traceback.format_exc()
     finally:
         _clean_up(ctx, record, native_bin, files, device)
         _finish(run_dir, record)

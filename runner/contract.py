@@ -7,8 +7,10 @@ runner refuses such a spec (run.json says why, with status "failed"), the contro
 without ``contract`` is "0.0": it was written before the contract existed.
 
 The TypedDicts describe the keys (Python 3.8 ``typing.TypedDict``; nothing checks them at run time, the type
-checker does not see them yet: ``build_spec`` still returns a plain dict). The controller builds the spec in
-harness/campaign/spec.py (``build_spec``), the runner writes the record in runner/agent.py.
+checker does). The controller builds the spec in harness/campaign/spec.py (``build_spec`` returns a ``RunSpec``;
+collectors and emulation give their parts as ``CollectorSpec`` and ``EmulateSpec``), the runner writes the record
+in runner/agent.py (annotated with these types), the controller reads it as a ``RunRecord`` (harness/campaign/pull.py,
+harness/results/ingest.py and every kind's ``ingest``).
 """
 
 from typing import Any, Dict, List, Optional, TypedDict
@@ -51,10 +53,20 @@ class Clock(TypedDict):
     mono_ns: int  # time.monotonic_ns() on the target: the axis every sample and snapshot is on
 
 
-class CollectorSpec(TypedDict, total=False):
-    kind: str  # blockstat, threads (native sampler); tegrastats, iostat, powermetrics, vmstat, psi, thermal, ...
-    period_ms: int
-    optional: bool  # platform collectors: skipped (and said why) where they cannot run, instead of failing
+class _CollectorKey(TypedDict):
+    kind: str  # blockstat, threads (native sampler); counters, offcpu; tegrastats, iostat, vmstat, psi, thermal, ...
+
+
+class CollectorSpec(_CollectorKey, total=False):
+    """One ``collect:`` entry: its kind and its options (harness/collectors/<kind>.py ``runner_spec``)."""
+
+    period_ms: int  # every collector
+    optional: bool  # platform collectors and offcpu: skipped (and said why) where they cannot run, not failing
+    stat_ms: int  # threads: every thread's stat this often (the sampler's --stat-ms)
+    wchan: bool  # threads: every thread's wait channel off CPU (--wchan)
+    gate: bool  # threads: a parked thread re-read only after it ran (false: --no-gate)
+    tree: bool  # threads, counters: the step's process and its descendants (false: the step's process only)
+    reader: str  # counters: "native" (runner/native/bin/counters) or "python"
 
 
 class EmulateSpec(TypedDict, total=False):
@@ -141,17 +153,17 @@ class InterferenceRecord(TypedDict, total=False):
 class _RunRecordKeys(TypedDict):
     contract: str  # CONTRACT_VERSION of the runner that wrote it
     run_id: Optional[str]
-    spec: Dict[str, Any]  # the RunSpec as read
+    spec: RunSpec  # the spec as read (a refused one may be of another contract: the controller never reads it)
     status: str  # ok, failed (step, cache, collector or emulation refused; or a refused spec), interrupted, error
     error: Optional[str]  # one line for failed and interrupted; "runner error: ..." for error
     runner: RunnerInfo
     started: Clock
-    ended: Clock
 
 
 class RunRecord(_RunRecordKeys, total=False):
     """``run.json``: what happened, written with SHA256SUMS and then DONE, whatever happened."""
 
+    ended: Clock  # every run.json has it: written last (runner.agent._finish), after the record was built
     traceback: str  # status error: the runner's own bug
     block_device: Optional[str]  # the device resolved for the run's files
     strays_stopped: Dict[str, Any]  # processes an earlier, killed run of the set left: stopped, left

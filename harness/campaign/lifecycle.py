@@ -20,7 +20,6 @@ import json
 import time
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
 
 from harness.boards.session import TargetSession
 from harness.boards.transports import put_bytes
@@ -34,6 +33,7 @@ from harness.emulation import controller as emulation
 from harness.errors import TargetError
 from harness.results.store import ResultSetWriter
 from harness.results.validity import NOT_PERTURBED, judge
+from runner.contract import RunSpec
 
 POLL_FIRST_S, POLL_MAX_S = 0.05, 1.0
 
@@ -78,7 +78,7 @@ class RunLifecycle:
         self.spec_path = f"{self.remote_dir}/spec.json"  # also the marker in its runner's command line
         self.state = RunState.PLANNED
         self.runner: RecordedRunner | None = None
-        self.spec: dict[str, Any] = {}
+        self.spec: RunSpec | None = None  # built when the run starts, or read back from the target when adopted
         self.failure: str | None = None  # the controller's own verdict (the watchdog's); overrides the runner's
         self.started_wall: float | None = None  # when the runner was started (time.time()), as the manifest says
         self.perturbed = False  # recorded ok but beyond the experiment's validity: limits
@@ -272,14 +272,15 @@ class RunLifecycle:
 
 
 def adopted_limit_s(ctx: CampaignContext, session: TargetSession, remote_dir: str,
-                    started_wall: float | None) -> tuple[dict[str, Any], float, float]:
+                    started_wall: float | None) -> tuple[RunSpec | None, float, float]:
     """An adopted run's (spec, what is left of its watchdog limit, the limit): the limit of the spec it runs (read
-    from the target), less the time since it was started. Without a readable spec, the experiment's run_timeout_s
-    or the default step limit."""
+    from the target), less the time since it was started. Without a readable spec (None), the experiment's
+    run_timeout_s or the default step limit."""
+    spec: RunSpec | None
     try:
         spec = json.loads(session.transport.read_file(f"{remote_dir}/spec.json"))
     except (OSError, TargetError, ValueError):
-        spec = {"step": {}}
+        spec = None
     limit_s = left_s = run_limit_s(ctx, spec)
     if isinstance(started_wall, (int, float)):
         left_s -= max(0.0, time.time() - started_wall)
@@ -287,7 +288,7 @@ def adopted_limit_s(ctx: CampaignContext, session: TargetSession, remote_dir: st
 
 
 # ---------------------------------------------------------------------- a runner that has to be undone
-def undo_dead_runner(session: TargetSession, spec: dict[str, Any], set_id: str, run_id: str,
+def undo_dead_runner(session: TargetSession, spec: RunSpec | None, set_id: str, run_id: str,
                      say: Callable[[str], None]) -> None:
     """A runner that died or was killed could not clean up: restore what its emulation changed (read_ahead_kb,
     cgroups) and stop every process marked with this set's runs, so nothing of it reads while the next run is

@@ -8,12 +8,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.boards.session import TargetSession
 from harness.campaign.context import Progress
 from harness.errors import TargetError
-from runner.contract import incompatible
+from runner.contract import RunRecord, incompatible
 
 PULL_ATTEMPTS = 3
 REFUSED_SUFFIX = ".refused"
@@ -22,7 +21,7 @@ REFUSED_SUFFIX = ".refused"
 @dataclass
 class Pulled:
     here: bool  # the run directory was copied and verified (so it can go from the target)
-    record: dict[str, Any] | None = None  # its run.json; None when there is none, or it was refused
+    record: RunRecord | None = None  # its run.json; None when there is none, or it was refused
     error: str | None = None  # why a pull failed
     refused: str | None = None  # why its run.json was refused (another contract): the run failed
 
@@ -37,6 +36,7 @@ def pull_run(session: TargetSession, remote_dir: str, local: Path, what: str, pr
     """Copy ``remote_dir`` to ``local`` and verify it, up to PULL_ATTEMPTS times; ``what`` names the run in
     messages. The run directory stays on the target whatever happens here."""
     error = None
+    record: RunRecord | None = None
     for attempt in range(1, PULL_ATTEMPTS + 1):
         try:
             session.transport.get(remote_dir, local)

@@ -4,7 +4,6 @@ the run may take."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from harness.boards.session import TargetSession
 from harness.campaign.context import CampaignContext
@@ -12,7 +11,7 @@ from harness.campaign.plan import PlannedRun
 from harness.collectors import COLLECTORS
 from harness.emulation import controller as emulation
 from harness.steps import STEPS
-from runner.contract import CONTRACT_VERSION
+from runner.contract import CONTRACT_VERSION, EngineLocation, RunSpec
 
 # what a run may take beyond its step's own timeout (cache drop or prefetch of a big model, emulation set-up,
 # collectors starting and stopping) before the controller's watchdog stops it
@@ -20,7 +19,7 @@ RUN_SLACK_S = 900.0
 
 
 def build_spec(ctx: CampaignContext, session: TargetSession, run: PlannedRun, files: dict[str, str],
-               remote_dir: str) -> dict[str, Any]:
+               remote_dir: str) -> RunSpec:
     step = STEPS[run.step]
     return {
         "contract": CONTRACT_VERSION,  # a runner of another major version refuses the spec (runner/contract.py)
@@ -37,16 +36,17 @@ def build_spec(ctx: CampaignContext, session: TargetSession, run: PlannedRun, fi
     }
 
 
-def engines_on(ctx: CampaignContext, session: TargetSession) -> dict[str, Any]:
+def engines_on(ctx: CampaignContext, session: TargetSession) -> dict[str, EngineLocation]:
     """Where the engine binaries are on this target: built there (boards) or here (local)."""
     builds = session.engines or {name: build.to_dict() for name, build in ctx.builds.items()}
     return {name: {"bin_dir": str(Path(next(iter(build["binaries"].values()))).parent),
                    "commit": build.get("commit")} for name, build in builds.items()}
 
 
-def run_limit_s(ctx: CampaignContext, spec: dict[str, Any]) -> float:
-    """The watchdog's limit: run_timeout_s, or the step's own timeouts plus RUN_SLACK_S."""
+def run_limit_s(ctx: CampaignContext, spec: RunSpec | None) -> float:
+    """The watchdog's limit: run_timeout_s, or the step's own timeouts plus RUN_SLACK_S (the default step timeout
+    when the spec is not known: an adopted run's unreadable spec.json)."""
     if ctx.experiment.run_timeout_s is not None:
         return ctx.experiment.run_timeout_s
-    step = spec["step"]
+    step = spec["step"] if spec is not None else {}
     return float(step.get("timeout_s") or 3600.0) + float(step.get("health_timeout_s") or 0.0) + RUN_SLACK_S

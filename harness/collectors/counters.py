@@ -7,7 +7,7 @@ thrashing, reclaim, other_sleep)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -16,6 +16,7 @@ from harness.config.validate import StrictModel
 from harness.parsers import parse
 from harness.parsers.counters import counter_notes
 from harness.parsers.sampler import process_records
+from runner.contract import CollectorSpec, RunRecord
 
 
 class CountersConfig(StrictModel):
@@ -32,7 +33,10 @@ class Counters(CollectorKind):
 
     name, Config, table, raw_file, parser = "counters", CountersConfig, "thread_counters", "counters.txt", "counters"
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def runner_spec(self, config: CountersConfig) -> CollectorSpec:
+        return {"kind": self.name, "period_ms": config.period_ms, "reader": config.reader, "tree": config.tree}
+
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         raw = run_dir / self.raw_file
         if not raw.exists():
             return {}

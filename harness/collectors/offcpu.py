@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field
 
@@ -22,6 +22,7 @@ from harness.config.validate import StrictModel
 from harness.parsers import parse
 from harness.parsers.offcpu import missed_events, offcpu_notes
 from harness.parsers.sampler import process_records
+from runner.contract import CollectorSpec, RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,10 @@ class Offcpu(CollectorKind):
 
     name, Config, table, raw_file, parser = "offcpu", OffcpuConfig, "offcpu", "offcpu.txt", "offcpu"
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def runner_spec(self, config: OffcpuConfig) -> CollectorSpec:
+        return {"kind": self.name, "period_ms": config.period_ms, "optional": config.optional}
+
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         raw = run_dir / self.raw_file
         if not raw.exists():
             return {}

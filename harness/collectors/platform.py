@@ -21,6 +21,7 @@ from harness.config.validate import StrictModel
 from harness.errors import ToolMissingError
 from harness.parsers import ParseError
 from harness.parsers.snapshots import reclaim_summary
+from runner.contract import CollectorSpec, RunRecord
 
 
 class PlatformConfig(StrictModel):
@@ -36,7 +37,10 @@ def _config(default_ms: int, minimum_ms: int = 10) -> type[PlatformConfig]:
 
 
 class PlatformCollector(CollectorKind):
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def runner_spec(self, config: PlatformConfig) -> CollectorSpec:
+        return {"kind": self.name, "period_ms": config.period_ms, "optional": config.optional}
+
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         try:
             tables = super().ingest(run_dir, record)
         except ParseError as exc:
@@ -54,7 +58,7 @@ class WallClockCollector(PlatformCollector):
     """Rows of a tool that stamps wall-clock seconds (tegrastats) get ``t_ns`` on the run's monotonic
     axis from the clock pair the runner wrote at start; rows without a stamp are spaced by the period."""
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         tables = super().ingest(run_dir, record)
         clock_path = run_dir / (self.raw_file + ".clock")
         if not clock_path.exists():
@@ -76,7 +80,7 @@ class WallClockCollector(PlatformCollector):
 class VmstatCollector(PlatformCollector):
     """/proc/vmstat rows, plus one ``reclaim`` row per run: what the run's window reclaimed and re-read."""
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         tables = super().ingest(run_dir, record)
         summary = reclaim_summary(tables.get(self.table, []))
         if summary:

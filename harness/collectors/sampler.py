@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
@@ -15,6 +15,7 @@ from harness.collectors.base import CollectorKind, register_collector
 from harness.config.validate import StrictModel
 from harness.parsers._common import header_fields
 from harness.parsers.sampler import process_records, sampler_lateness
+from runner.contract import CollectorSpec, RunRecord
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -69,7 +70,7 @@ class Blockstat(CollectorKind):
 
     name, Config, table, raw_file, parser = "blockstat", BlockstatConfig, "blockstat", "blockstat.txt", "blockstat"
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, pa.Table]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, pa.Table]:
         from harness.collectors.sampler_tables import blockstat_table, with_intervals  # pyarrow: with ingest only
 
         raw = run_dir / self.raw_file
@@ -89,7 +90,11 @@ class Threads(CollectorKind):
 
     name, Config, table, raw_file, parser = "threads", ThreadsConfig, "threads", "threads.txt", "sampler-threads"
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, pa.Table]:
+    def runner_spec(self, config: ThreadsConfig) -> CollectorSpec:
+        return {"kind": self.name, "period_ms": config.period_ms, "stat_ms": config.stat_ms, "wchan": config.wchan,
+                "gate": config.gate, "tree": config.tree}
+
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, pa.Table]:
         from harness.collectors.sampler_tables import sampler_threads_table  # pyarrow: with ingest only
 
         raw = run_dir / self.raw_file

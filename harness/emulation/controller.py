@@ -21,6 +21,7 @@ from harness.config.validate import StrictModel, validate
 from harness.config.yamlsrc import YamlDoc
 from harness.errors import EmulationError, TargetError
 from harness.units import format_size, parse_size
+from runner.contract import EmulateSpec, RunSpec
 
 # smaller than this and not even the runner's reader starts: a typo (64k for 64M), not a budget
 MIN_MEMORY_BYTES = 4 << 20
@@ -46,9 +47,9 @@ class EmulateConfig(StrictModel):
             raise ValueError("expected a positive rate in bytes per second, like 600M")
         return value
 
-    def runner_spec(self) -> dict[str, Any] | None:
+    def runner_spec(self) -> EmulateSpec | None:
         """What ``runner/emulation/`` reads: plain byte counts, plus what the user wrote."""
-        spec: dict[str, Any] = {
+        spec: EmulateSpec = {
             "memory_bytes": None if self.memory is None else parse_size(self.memory),
             "read_bytes_per_s": None if self.read_bytes_per_s is None else parse_size(self.read_bytes_per_s),
             "read_iops": self.read_iops,
@@ -75,7 +76,7 @@ def check_emulation(experiment: Any, doc: YamlDoc) -> None:
         emulation_for(experiment.emulate, params, doc)
 
 
-def runner_spec(experiment: Any, params: dict[str, Any], doc: YamlDoc) -> dict[str, Any] | None:
+def runner_spec(experiment: Any, params: dict[str, Any], doc: YamlDoc) -> EmulateSpec | None:
     config = emulation_for(experiment.emulate, params, doc)
     return config.runner_spec() if config else None
 
@@ -101,11 +102,12 @@ def preflight(session: Any, experiment: Any, doc: YamlDoc, paths: list[str]) -> 
         raise EmulationError(f"target {session.target.name}: {text.splitlines()[-1] if text else 'check failed'}")
 
 
-def repair(session: Any, spec: dict[str, Any], say: Callable[[str], None]) -> None:
+def repair(session: Any, spec: RunSpec | None, say: Callable[[str], None]) -> None:
     """After a runner died (killed, crashed) in an emulated run, or one that collected counters: restore
     read_ahead_kb and kernel.task_delayacct and remove its cgroup now, rather than whenever the next runner starts
-    on that machine."""
-    if not spec.get("emulate") and not any(c.get("kind") == "counters" for c in spec.get("collectors") or []):
+    on that machine. ``spec`` None: the run's spec is not known (an adopted run's was unreadable): nothing to undo."""
+    if spec is None or (not spec.get("emulate")
+                        and not any(c.get("kind") == "counters" for c in spec.get("collectors") or [])):
         return
     try:
         done = session.transport.run([session.python, "-m", "runner.emulation", "repair"], cwd=session.runner_root,

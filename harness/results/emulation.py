@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from harness.units import format_size
+from runner.contract import RunRecord
 
 if TYPE_CHECKING:  # frames come from the figures and reports; the CLI's start needs no pandas
     import pandas as pd
@@ -17,12 +18,12 @@ _STATS = ("memory_peak_bytes", "memory_failcnt", "oom_kill", "pgmajfault", "cach
           "io_read_ios")
 
 
-def emulation_columns(record: dict[str, Any] | None) -> dict[str, Any]:
+def emulation_columns(record: RunRecord | None) -> dict[str, Any]:
     """``emu_*`` columns of the runs table: effective limits (read back from the kernel) and cgroup stats."""
-    repaired = (record or {}).get("emulation_repaired")
+    repaired = record.get("emulation_repaired") if record else None
     # this run first undid what a killed runner left changed (read_ahead_kb, a cgroup): worth seeing
     row: dict[str, Any] = {"emu_repaired_run": repaired.get("from_run")} if repaired else {}
-    emu = (record or {}).get("emulation")
+    emu = record.get("emulation") if record else None
     if not emu:
         return row
     row["emulated"] = True

@@ -31,6 +31,7 @@ from harness.results.validity import measure_columns
 from harness.results.variants import variant_label
 from harness.steps import STEPS
 from harness.steps.base import StepKind
+from runner.contract import RunRecord
 
 Rows = list[dict[str, Any]]
 
@@ -38,7 +39,7 @@ Rows = list[dict[str, Any]]
 COLD_READ_SUSPECT_FRACTION = 0.05
 
 
-def run_row(planned: Mapping[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
+def run_row(planned: Mapping[str, Any], record: RunRecord | None) -> dict[str, Any]:
     """One row of the ``runs`` table: plan, status, timings, entry state, cache, device deltas."""
     row: dict[str, Any] = {k: planned[k] for k in ("run_id", "index", "target", "step", "cache", "round", "repeat")}
     row["step_label"] = planned.get("step_label", planned["step"])
@@ -87,7 +88,7 @@ def run_row(planned: Mapping[str, Any], record: dict[str, Any] | None) -> dict[s
     return row
 
 
-def main_rusage(record: dict[str, Any]) -> dict[str, Any]:
+def main_rusage(record: RunRecord) -> dict[str, Any]:
     """The rusage of the step's own process: the one run.json names ``main_process``. A record written before
     runners named it (or a step that spawned nothing itself, equivalence's sides) has its first entry, as
     ingest always took it (the first process reaped)."""
@@ -101,6 +102,7 @@ def main_rusage(record: dict[str, Any]) -> dict[str, Any]:
 def ingest_run(raw_dir: Path, planned: Mapping[str, Any]) -> dict[str, Rows | RunTable]:
     """All table rows one run contributes (a table a collector read column-wise, as a RunTable)."""
     record_path = raw_dir / "run.json"
+    record: RunRecord | None
     try:
         record = json.loads(record_path.read_text()) if record_path.exists() else None
     except ValueError:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from harness.config.validate import StrictModel
 from harness.registry import Registry, check_implemented
+from runner.contract import RunRecord
 
 Rows = list[dict[str, Any]]
 
@@ -58,7 +59,7 @@ class StepKind(ABC):
     def runner_spec(self, config: Any, files: dict[str, str], cache: str) -> dict[str, Any]:
         """The step's part of the runner's spec: concrete options, files by path, the cache condition."""
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         """Table rows from one run directory (``run_id`` is added by the caller)."""
         return {}
 

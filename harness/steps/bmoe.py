@@ -40,6 +40,7 @@ from harness.steps.requests import (
     place_columns,
     refuse_owned,
 )
+from runner.contract import RunRecord
 
 # what the step sets itself: extra args may not
 OWNED = ("-m", "--model", "-p", "--prompt", "-n", "--n-predict", "--progress", "--csv", "--session")
@@ -113,7 +114,7 @@ class BmoeStep(StepKind):
                 "n_predict": config.n_predict, "cache": cache,
                 "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 600}
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         output = run_dir / "bmoe.jsonl"
         if not output.exists():
             return {}

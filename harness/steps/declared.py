@@ -37,6 +37,7 @@ from harness.config.validate import StrictModel
 from harness.parsers.declared import extract
 from harness.steps.base import Rows, StepKind, register_step
 from harness.steps.requests import without_marks
+from runner.contract import RunRecord
 
 # name -> declaration, filled by resolve_declared for the experiment being resolved (as the other registries are
 # filled at import); a run's spec carries its declaration whole, so ingest never needs this
@@ -136,7 +137,7 @@ class RunStep(StepKind):
                 "decode_window": list(window) if window else None,
                 "extract": [rule.model_dump(exclude_none=True) for rule in declaration.extract]}
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         step = record["spec"]["step"]
         names = {"stdout": "engine.stdout", "stderr": "engine.stderr", **{o: o for o in step.get("outputs", [])}}
         outputs = {source: (run_dir / name).read_bytes() for source, name in names.items()

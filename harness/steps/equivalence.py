@@ -37,6 +37,7 @@ from harness.steps.base import Rows, StepKind, register_step
 from harness.steps.llamacpp import Prompts
 from harness.steps.requests import Arg, refuse_owned
 from harness.units import format_size, parse_size
+from runner.contract import RunRecord
 from runner.steps.generators import GENERATORS
 
 # what each engine's generator sets itself: refused in a side's args
@@ -116,7 +117,7 @@ class EquivalenceStep(StepKind):
                 "health_timeout_s": config.health_timeout_s,
                 "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 1200}
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         output = run_dir / "equivalence.jsonl"
         if not output.exists():
             return {}

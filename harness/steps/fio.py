@@ -16,6 +16,7 @@ from harness.config.validate import StrictModel
 from harness.parsers import parse
 from harness.parsers.fio import LADDER, PRESETS
 from harness.steps.base import Rows, StepKind, register_step
+from runner.contract import RunRecord
 
 # Options the harness owns: a custom job may not override them (safety and comparability).
 _OWNED = {"filename", "readonly", "allow_file_create", "invalidate", "output-format", "output", "write_iolog", "name"}
@@ -179,7 +180,7 @@ class FioStep(StepKind):
         timeout = config.timeout_s or self.estimate_s(config, {}) * 3 + 30
         return {"file": files[config.file], "jobs": jobs, "timeout_s": timeout}
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         output = run_dir / "fio.json"
         if not output.exists():
             return {}

@@ -50,6 +50,7 @@ from harness.steps.requests import (
     refuse_owned,
     window,
 )
+from runner.contract import RunRecord
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,7 +151,7 @@ class LlamaBenchStep(_LlamaStep):
     def runner_spec(self, config: LlamaBenchConfig, files: dict[str, str], cache: str) -> dict[str, Any]:
         return {"model": files[config.model], "args": list(config.args), "timeout_s": config.timeout_s or 3600.0}
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         output = run_dir / "bench.jsonl"
         if not output.exists() or not output.read_bytes().strip():
             return {}
@@ -176,7 +177,7 @@ class LlamaServerStep(_LlamaStep):
                 "decode_window": list(config.decode_window) if config.decode_window else None,
                 "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 600}
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         output = run_dir / "requests.jsonl"
         if not output.exists():
             return {}

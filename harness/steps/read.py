@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 from harness.config.validate import StrictModel
 from harness.steps.base import Rows, StepKind, register_step
 from harness.units import parse_size
+from runner.contract import RunRecord
 
 
 class ReadConfig(StrictModel):
@@ -49,7 +50,7 @@ class ReadStep(StepKind):
         return {"file": files[config.file], "pattern": config.pattern, "bs_bytes": parse_size(config.bs),
                 "seed": config.seed, "timeout_s": config.timeout_s or 3600.0}
 
-    def ingest(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Rows]:
+    def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         output = run_dir / "read.json"
         if not output.exists():
             return {}
