@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -174,16 +175,29 @@ def test_build_source_replaces_only_the_named_builds_source(tmp_path: Path) -> N
     ("strategies=path:/no/such/dir", "/no/such/dir is not a directory"),
     ("head=path:.", "has no build 'head' (builds: base, strategies)"),
 ])
-def test_a_bad_build_source_is_one_line_exit_2(tmp_path: Path, value: str, expected: str) -> None:
+def test_a_bad_build_source_is_one_line_naming_the_value(tmp_path: Path, value: str, expected: str) -> None:
+    from harness.config.buildsource import with_build_sources
+    from harness.errors import UsageError
+
+    path = tmp_path / "e.yaml"
+    path.write_text(TWO_BUILDS)
+    with pytest.raises(UsageError) as raised:
+        with_build_sources(load_resolved(path), [value])
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith(f"--build-source {value!r}: ") and expected in message
+    assert raised.value.exit_code == 2
+
+
+def test_harness_run_refuses_a_bad_build_source_in_one_line_exit_2(tmp_path: Path) -> None:
     from tests.helpers import run_cli
 
     path = tmp_path / "e.yaml"
     path.write_text(TWO_BUILDS)
-    done = run_cli("run", str(path), "--build-source", value, cwd=tmp_path)
+    done = run_cli("run", str(path), "--build-source", "strategies=git:https://example.org/x@main", cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: --build-source {value!r}: "), done.stderr
-    assert expected in lines[0]
+    assert done.stderr.strip().splitlines() == [
+        "error: --build-source 'strategies=git:https://example.org/x@main': a git source needs a commit as URL@SHA "
+        "(7 to 40 hex digits; a branch name would make the build irreproducible)"]
 
 
 # ------------------------------------------------------------------------------------------ campaigns (slow)
@@ -202,7 +216,7 @@ TINY_ENGINE = {
 }
 
 
-def tiny_experiment(builds: dict[str, object], rounds: int = 1) -> str:
+def tiny_experiment(builds: dict[str, dict[str, Any]], rounds: int = 1) -> str:
     return json.dumps({
         "name": "tiny-builds", "cache": "none", "validity": "off", "rounds": rounds,
         "files": {"model": {"create": "1M"}}, "engines": {"tiny": TINY_ENGINE}, "builds": builds,
@@ -249,7 +263,7 @@ def git(repo: Path, *args: str) -> str:
 @pytest.mark.slow
 def test_two_builds_interleaved_recorded_cached_and_a_changed_patch_is_a_new_build(tmp_path: Path) -> None:
     tree = own_copy(tmp_path)
-    builds = {"base": {"engine": "tiny", "source": {"path": str(tree)}},
+    builds: dict[str, dict[str, Any]] = {"base": {"engine": "tiny", "source": {"path": str(tree)}},
               "patched": {"engine": "tiny", "source": {"path": str(tree)}, "patches": [str(TINY / "variant.patch")]}}
     rs = campaign(tmp_path, tiny_experiment(builds, rounds=2))
     runs = rs.table("runs").sort_values("index")
@@ -306,7 +320,7 @@ def test_build_source_builds_another_commit_and_the_manifest_says_which(tmp_path
     subprocess.run(["git", "-C", str(repo), "apply", str(TINY / "variant.patch")], check=True)
     git(repo, "commit", "-qam", "patched")
     bad = git(repo, "rev-parse", "HEAD")
-    builds = {"good": {"engine": "tiny", "source": {"git": str(repo), "commit": good}},
+    builds: dict[str, dict[str, Any]] = {"good": {"engine": "tiny", "source": {"git": str(repo), "commit": good}},
               "head": {"engine": "tiny", "source": {"git": str(repo), "commit": good}}}
     rs = campaign(tmp_path, tiny_experiment(builds), "--build-source", f"head=git:{repo}@{bad[:10]}")
     recorded = builds_of(rs)
@@ -314,3 +328,76 @@ def test_build_source_builds_another_commit_and_the_manifest_says_which(tmp_path
     assert recorded["head"]["source"] == {"kind": "git", "url": str(repo), "commit": bad}  # the full commit built
     assert recorded["head"]["commit"] == bad
     assert variants_by_build(rs) == {"good": {"base"}, "head": {"patched"}}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed (make setup installs it)")
+def test_ccache_serves_the_untouched_files_of_a_patched_copy_and_leaves_the_key_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two private copies of one cmake tree (two build keys) share ccache hits: the patched copy recompiles only the
+    file its patch touches. The key is the same with ccache off and on."""
+    from runner import enginebuild
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.10)\nproject(pair C)\n"
+                                         "add_executable(pair main.c util.c)\n")
+    (tree / "util.c").write_text("int util(int x) { return 2 * x; }\n")
+    (tree / "main.c").write_text("#include <stdio.h>\nint util(int);\nint main(void) { printf(\"%d\\n\", util(1)); "
+                                 "return 0; }\n")
+    patch = tmp_path / "main.patch"
+    patch.write_text("--- a/main.c\n+++ b/main.c\n@@ -1,3 +1,3 @@\n #include <stdio.h>\n int util(int);\n"
+                     "-int main(void) { printf(\"%d\\n\", util(1)); return 0; }\n"
+                     "+int main(void) { printf(\"%d\\n\", util(2)); return 0; }\n")
+    identity = {"kind": "path", "path": str(tree)}
+
+    def build(cache: Path, patches: list[Path]) -> dict[str, Any]:
+        return enginebuild.build_cached(str(tree), identity, None, ["-DCMAKE_BUILD_TYPE=Release"],
+                                        [(str(p), enginebuild.sha256_file(str(p))) for p in patches], str(cache),
+                                        ["pair"], 1, say=lambda line: None)
+
+    monkeypatch.setenv("HARNESS_CCACHE", "off")
+    plain = build(tmp_path / "plain", [])
+    monkeypatch.delenv("HARNESS_CCACHE")
+    first = build(tmp_path / "cached", [])
+    assert plain["key"] == first["key"] and plain["compiler_cache"] is None
+    assert first["compiler_cache"]["dir"] == str(tmp_path / "cached" / "ccache")
+    patched = build(tmp_path / "cached", [patch])
+    assert patched["key"] != first["key"]
+    assert subprocess.run([patched["binaries"]["pair"]], capture_output=True, text=True).stdout == "4\n"
+    stats = dict(line.split("\t", 1) for line in subprocess.run(
+        ["ccache", "--print-stats"], capture_output=True, text=True, check=True,
+        env={**os.environ, "CCACHE_DIR": first["compiler_cache"]["dir"]}).stdout.splitlines())
+    # first build: 2 misses; the patched copy: util.c a hit (its absolute paths differ), main.c a miss
+    assert int(stats["cache_miss"]) == 3
+    assert int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"]) == 1
+
+
+def test_a_run_gets_its_builds_binaries_and_no_default_build_is_made_for_it(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from harness.campaign import builds
+    from harness.campaign.context import CampaignContext, QuietProgress
+    from harness.campaign.spec import build_spec
+
+    text = TWO_BUILDS.replace("  - fio:", "  - equivalence: {a: {build: base}, b: {build: strategies}, prompts: [hi]}\n"
+                                         "    over: []\n  - fio:")
+    plan = plan_of(tmp_path, text)
+    ctx = CampaignContext(plan, [], QuietProgress())
+    assert builds.default_engines(ctx.experiment, plan.runs) == set()  # every llama.cpp run runs a named build
+    assert set(builds.builds_needed(ctx.experiment, plan.runs)) == {"base", "strategies"}
+    target = SimpleNamespace(name="board", block_device="vda")
+    session = SimpleNamespace(target=target, native_bin="/w/native", engines={
+        "llama.cpp": {"binaries": {"llama-bench": "/w/default/bin/llama-bench"}, "commit": "c0"}})
+    ctx.target_builds["board"] = {name: {"binaries": {"llama-bench": f"/w/{name}/bin/llama-bench"}, "commit": name}
+                                  for name in ("base", "strategies")}
+    files = {"model": "/models/m.gguf"}
+    by_kind: dict[str, list[Any]] = {}
+    for run in plan.runs:
+        # a SimpleNamespace stands for the TargetSession: build_spec reads only these attributes of it
+        by_kind.setdefault(run.step, []).append(build_spec(ctx, session, run, files, "/w/runs/x"))  # type: ignore[arg-type]
+    assert [spec["engines"]["llama.cpp"]["bin_dir"] for spec in by_kind["llama-bench"][:4]] == [
+        "/w/base/bin", "/w/base/bin", "/w/strategies/bin", "/w/strategies/bin"]
+    assert by_kind["fio"][0]["engines"]["llama.cpp"]["bin_dir"] == "/w/default/bin"  # no build: as before
+    sides = by_kind["equivalence"][0]["step"]["sides"]
+    assert (sides["a"]["bin_dir"], sides["b"]["bin_dir"]) == ("/w/base/bin", "/w/strategies/bin")
