@@ -18,6 +18,7 @@ from harness.campaign.plan import build_plan
 from harness.campaign.resolve import load_resolved
 from harness.results.cell import CellKey
 from tests.helpers import REPO, cli_in_process, run_campaign
+from tests.sshd import sshd_unavailable
 
 TWO_BUILDS = """\
 name: two-builds
@@ -401,3 +402,105 @@ def test_a_run_gets_its_builds_binaries_and_no_default_build_is_made_for_it(tmp_
     assert by_kind["fio"][0]["engines"]["llama.cpp"]["bin_dir"] == "/w/default/bin"  # no build: as before
     sides = by_kind["equivalence"][0]["step"]["sides"]
     assert (sides["a"]["bin_dir"], sides["b"]["bin_dir"]) == ("/w/base/bin", "/w/strategies/bin")
+
+
+# A llama.cpp-shaped tree (CMakeLists.txt + ggml/) of two tiny programs named like llama.cpp's tools: builds of
+# the llama.cpp engine in seconds, never llama.cpp itself twice (the suite's time budget).
+FAKE_LLAMA_CMAKE = """cmake_minimum_required(VERSION 3.10)
+project(fake C)
+set(LLAMA_BUILD_COMMIT "unknown" CACHE STRING "")
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+foreach(t llama-bench llama-server)
+  add_executable(${t} main.c)
+endforeach()
+"""
+FAKE_LLAMA_MAIN = '#include <stdio.h>\nint main(void) { puts("base"); return 0; }\n'
+FAKE_LLAMA_PATCH = """--- a/main.c
++++ b/main.c
+@@ -1,2 +1,2 @@
+ #include <stdio.h>
+-int main(void) { puts("base"); return 0; }
++int main(void) { puts("strategies"); return 0; }
+"""
+
+
+def fake_llama_experiment(tmp_path: Path) -> str:
+    tree = tmp_path / "fake-llama"
+    (tree / "ggml").mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text(FAKE_LLAMA_CMAKE)
+    (tree / "main.c").write_text(FAKE_LLAMA_MAIN)
+    (tmp_path / "strategies.patch").write_text(FAKE_LLAMA_PATCH)
+    return TWO_BUILDS.replace("model: /models/m.gguf", "files:\n  model: {create: 1M}").replace(
+        "  base: {engine: llama.cpp}", f"  base: {{engine: llama.cpp, source: {{path: {tree}}}}}").replace(
+        "  strategies: {engine: llama.cpp, patches: [p.patch]}",
+        f"  strategies: {{engine: llama.cpp, source: {{path: {tree}}}, patches: [strategies.patch]}}")
+
+
+@pytest.mark.slow
+def test_two_llamacpp_builds_are_built_here_once_each_and_no_default_build(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.boards.inventory import load_target
+    from harness.campaign import builds, prepare
+    from harness.campaign.context import CampaignContext, QuietProgress
+    from harness.campaign.preflight import prepare_engines_and_models
+
+    monkeypatch.setattr(prepare, "BUILD_CACHE", tmp_path / "cache")
+    plan = plan_of(tmp_path, fake_llama_experiment(tmp_path))
+    ctx = CampaignContext(plan, [load_target(REPO / "targets" / "local.yaml")], QuietProgress())
+    prepare_engines_and_models(ctx)
+    assert ctx.engine_specs == {} and ctx.builds == {}  # every llama.cpp run runs a named build
+    made = builds.identities(ctx, "local")
+    assert set(made) == {"base", "strategies"} and made["base"]["key"] != made["strategies"]["key"]
+    assert made["strategies"]["patches"][0]["path"] == str(tmp_path / "strategies.patch")
+    outputs = {name: subprocess.run([identity["binaries"]["llama-bench"]["path"]], capture_output=True,
+                                    text=True).stdout for name, identity in made.items()}
+    assert outputs == {"base": "base\n", "strategies": "strategies\n"}
+    assert all(str(tmp_path / "cache") in identity["binaries"]["llama-server"]["path"] for identity in made.values())
+    # a second campaign's preflight finds both in the cache
+    again = CampaignContext(plan, ctx.targets, QuietProgress())
+    prepare_engines_and_models(again)
+    assert all(identity["cached"] for identity in builds.identities(again, "local").values())
+    assert not any(identity["cached"] for identity in made.values())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
+def test_a_board_builds_named_llamacpp_and_declared_builds_in_its_own_cache(sshd: Any, tmp_path: Path) -> None:
+    from harness.boards.inventory import load_target
+    from harness.boards.session import open_session
+    from harness.campaign import builds, declared
+    from harness.campaign.context import CampaignContext, QuietProgress
+
+    workdir = f"/var/tmp/harness-ssh-tests/builds-{os.getpid()}-{tmp_path.name}"
+    sshd.write_target(tmp_path / "targets", "board", workdir=workdir)
+    session = open_session(load_target(tmp_path / "targets" / "board.yaml"))
+    try:
+        plan = plan_of(tmp_path, fake_llama_experiment(tmp_path))
+        ctx = CampaignContext(plan, [session.target], QuietProgress())
+        builds.build_on_board(ctx, session, builds.builds_needed(ctx.experiment, plan.runs))
+        made = builds.identities(ctx, "board")
+        assert {name: made[name]["binaries"]["llama-bench"]["path"].startswith(f"{workdir}/cache/builds/")
+                for name in made} == {"base": True, "strategies": True}
+        assert made["base"]["key"] != made["strategies"]["key"] and not made["strategies"]["cached"]
+
+        # a declared engine's named build: its patched tree pushed once as an archive, built there by cc
+        tree = own_copy(tmp_path)
+        text = tiny_experiment({"patched": {"engine": "tiny", "source": {"path": str(tree)},
+                                            "patches": [str(TINY / "variant.patch")]}})
+        plan = plan_of(tmp_path, text)
+        ctx = CampaignContext(plan, [session.target], QuietProgress())
+        ctx.declared_sources = builds.prepare_declared_sources(ctx)
+        declared.prepare_on_target(ctx, session, {"model": "/dev/null"})
+        (identity,) = builds.identities(ctx, "board").values()
+        binary = identity["binaries"]["tiny"]["path"]
+        assert binary.startswith(f"{workdir}/cache/declared/{identity['key']}/") and not identity["cached"]
+        archive = f"{workdir}/cache/declared/sources/{ctx.declared_sources['patched'].key}.tar.gz"
+        assert session.transport.exists(archive)
+        ran = session.transport.run([binary, "/etc/hostname", "1"])
+        assert ran.stdout.decode().startswith("tiny patched: ")
+        ctx.target_builds.clear()
+        declared.prepare_on_target(ctx, session, {"model": "/dev/null"})  # a second time: the board's cache
+        assert builds.identities(ctx, "board")["patched"]["cached"]
+    finally:
+        session.close()
+        shutil.rmtree(workdir, ignore_errors=True)
