@@ -504,3 +504,17 @@ def test_a_board_builds_named_llamacpp_and_declared_builds_in_its_own_cache(sshd
     finally:
         session.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_recorded_build_sources_are_applied_again_as_given(tmp_path: Path) -> None:
+    """--resume and a gate's --confirm plan from the set's recorded --build-source values: the same builds."""
+    from harness.config.buildsource import with_build_sources, with_recorded_sources
+
+    path = tmp_path / "e.yaml"
+    path.write_text(TWO_BUILDS)
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    given = with_build_sources(load_resolved(path), [f"strategies=git:git@example.org:x/y.git@{sha}",
+                                                     f"base=path:{tmp_path}"])
+    again = with_recorded_sources(load_resolved(path), json.loads(json.dumps(given.build_sources)))
+    assert again.experiment.builds == given.experiment.builds and again.build_sources == given.build_sources
+    assert with_recorded_sources(load_resolved(path), None).experiment.builds["base"].source is None

@@ -43,6 +43,21 @@ def builds_needed(experiment: Experiment, runs: Iterable[PlannedRun]) -> dict[st
     return found
 
 
+def drop_unavailable_builds(ctx: CampaignContext, specs: dict[str, EngineSpec]) -> set[str]:
+    """Optional builds (``optional: true``) whose source cannot be had here: each said in one line, taken out of
+    ``specs`` with the runs that use them (as an optional ``engine:`` is), and returned."""
+    dropped = set()
+    for name, spec in list(specs.items()):
+        reason = ENGINES[ctx.experiment.builds[name].engine].unavailable(spec) if spec.optional else None
+        if reason:
+            ctx.progress.message(f"build {name} left out (optional): {reason}; its runs do not run")
+            del specs[name]
+            dropped.add(name)
+    if dropped:  # before the set exists: the manifest's plan and every table simply lack those runs
+        ctx.plan.runs = [run for run in ctx.plan.runs if not builds_of(run) & dropped]
+    return dropped
+
+
 def default_engines(experiment: Experiment, runs: Iterable[PlannedRun]) -> set[str]:
     """The engines runs need as ``engine:`` configures them: every engine a step uses but the one its cell's
     build replaces (an experiment without ``builds:``: every engine, as before builds existed)."""

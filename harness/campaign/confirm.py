@@ -22,6 +22,7 @@ from harness.boards.lease import DEFAULT_WAIT_S
 from harness.campaign.orchestrator import Campaign, CampaignResult
 from harness.campaign.plan import Plan, build_plan
 from harness.campaign.resolve import load_resolved
+from harness.config.buildsource import with_recorded_sources
 from harness.config.experiment import LoadedExperiment
 from harness.errors import HarnessError, InfrastructureError, UsageError
 from harness.results import INCOMPLETE_SUFFIX
@@ -44,7 +45,8 @@ def experiment_of(set_path: Path, manifest: Manifest) -> LoadedExperiment:
     if not unchanged and not copy.exists():
         raise UsageError(f"{set_path}: neither the experiment {original} (unchanged) nor its copy experiment.yaml "
                          "is there: cannot plan a confirmation")
-    return load_resolved(original if unchanged else copy)
+    # with the --build-source values the set was measured with: a confirmation builds what the set built
+    return with_recorded_sources(load_resolved(original if unchanged else copy), manifest.get("build_sources"))
 
 
 def _plan_cell(step_label: str, params: dict[str, Any], cache: str) -> PlanCell:
@@ -55,6 +57,7 @@ def confirmation_plan(loaded: LoadedExperiment, cells: set[PlanCell], rounds: in
     """The experiment's runs of ``cells`` only, in ``rounds`` interleaved rounds, numbered from 1."""
     more = LoadedExperiment(loaded.experiment.model_copy(update={"rounds": rounds}), loaded.doc, loaded.path,
                             loaded.text)
+    more.build_sources = loaded.build_sources  # recorded again in the confirmation set
     chosen = [run for run in build_plan(more).runs if _plan_cell(run.cell.label, run.params, run.cache) in cells]
     plan = Plan(more)
     for index, run in enumerate(chosen, start=1):

@@ -79,7 +79,13 @@ def prepare_engines_and_models(ctx: CampaignContext) -> None:
 
     The controller builds only for a target that shares its files (local); boards build their own
     (``prepare_remote``)."""
-    from harness.campaign.builds import build_locally, builds_needed, default_engines, prepare_declared_sources
+    from harness.campaign.builds import (
+        build_locally,
+        builds_needed,
+        default_engines,
+        drop_unavailable_builds,
+        prepare_declared_sources,
+    )
     from harness.campaign.prepare import build_engines, drop_unavailable, engines_needed, synth_model
 
     # each engine as engine: configures it, where a run does not run a named build of it instead
@@ -88,6 +94,7 @@ def prepare_engines_and_models(ctx: CampaignContext) -> None:
     if dropped:  # before the set exists: the manifest's plan and every table simply lack those runs
         ctx.plan.runs = [run for run in ctx.plan.runs if not STEPS[run.step].engines_used(run.cell.config) & dropped]
     ctx.build_specs = builds_needed(ctx.experiment, ctx.plan.runs)
+    drop_unavailable_builds(ctx, ctx.build_specs)
     local = [t.name for t in ctx.targets if kind_of(t).shares_controller_files]
     if (ctx.engine_specs or ctx.build_specs) and local:
         files.check_local_models(ctx, local[0])  # a wrong model is told before a build of minutes, not after it

@@ -15,7 +15,7 @@ from harness.campaign.orchestrator import Campaign, CampaignResult, stopping
 from harness.campaign.plan import PlannedRun, build_plan
 from harness.campaign.resolve import load_resolved
 from harness.commands.common import ResultsOpt, TargetsDirOpt, console, frame_table
-from harness.config.buildsource import with_build_sources
+from harness.config.buildsource import with_build_sources, with_recorded_sources
 from harness.errors import UsageError
 from harness.results.loader import find_result_set, load_result_set, read_manifest
 
@@ -133,15 +133,9 @@ def _resume_inputs(name: str, results: Path, targets_dir: Path | None) -> tuple[
     original = Path(manifest["experiment"]["path"])
     same = original.exists() and hashlib.sha256(original.read_bytes()).hexdigest() == manifest["experiment"]["sha256"]
     loaded = load_resolved(original if same else path / "experiment.yaml")
-    sources = manifest.get("build_sources") or {}  # the --build-source values the set was started with
-    loaded = with_build_sources(loaded, [f"{name}={_source_text(source)}" for name, source in sources.items()])
+    loaded = with_recorded_sources(loaded, manifest.get("build_sources"))  # the set's --build-source values
     chosen = targets_of_set(manifest["targets"], load_targets(targets_dir), source=str(path))
     return path, loaded, chosen
-
-
-def _source_text(source: dict[str, str]) -> str:
-    """A recorded --build-source value as the option takes it."""
-    return f"path:{source['path']}" if "path" in source else f"git:{source['git']}@{source['commit']}"
 
 
 def register(app: typer.Typer) -> None:

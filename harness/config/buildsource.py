@@ -63,3 +63,14 @@ def with_build_sources(loaded: LoadedExperiment, given: Sequence[str]) -> Loaded
     replaced = LoadedExperiment(experiment, loaded.doc, loaded.path, loaded.text)
     replaced.build_sources = {name: dict(builds[name].source or {}) for name in sorted(seen)}
     return replaced
+
+
+def source_text(source: dict[str, str]) -> str:
+    """A source as ``--build-source`` takes it (after ``NAME=``)."""
+    return f"path:{source['path']}" if "path" in source else f"git:{source['git']}@{source['commit']}"
+
+
+def with_recorded_sources(loaded: LoadedExperiment, recorded: dict[str, dict[str, str]] | None) -> LoadedExperiment:
+    """``loaded`` with the ``--build-source`` values a set recorded (``build_sources``): what ``--resume`` and a
+    gate's ``--confirm`` plan from, so their runs build what the set's first runs built."""
+    return with_build_sources(loaded, [f"{name}={source_text(source)}" for name, source in (recorded or {}).items()])
