@@ -118,7 +118,7 @@ def test_build_is_an_axis_of_the_cell_key_and_its_label() -> None:
      "bigmoeonedge build: give the step over: without build, or a build of its engine"),
     (("  strategies:", "  'strat/../x':"),
      "error: FILE:5: builds.strat/../x: build name 'strat/../x' is not a plain name (letters, digits, '_', '-', "
-     "'.'): it is a matrix value, a label word and a cache directory"),
+     "'.'): it is a matrix value and a word of cell labels"),
     (("  strategies: {engine: llama.cpp, patches: [p.patch]}", "  strategies: {engine: inferssd}"),
      "error: FILE:5: builds.strategies.engine: build strategies: declared engine inferssd has no build: block "
      "(its binary is prebuilt), so there is nothing to build"),
@@ -518,3 +518,24 @@ def test_recorded_build_sources_are_applied_again_as_given(tmp_path: Path) -> No
     again = with_recorded_sources(load_resolved(path), json.loads(json.dumps(given.build_sources)))
     assert again.experiment.builds == given.experiment.builds and again.build_sources == given.build_sources
     assert with_recorded_sources(load_resolved(path), None).experiment.builds["base"].source is None
+
+
+def test_a_declared_builds_tree_is_patched_once_keyed_by_its_inputs_and_a_bad_patch_is_one_line(
+        tmp_path: Path) -> None:
+    from harness.engines.declaredsource import prepare_tree
+    from harness.engines.errors import BuildError
+
+    tree = own_copy(tmp_path)
+    cache = tmp_path / "cache"
+    plain = prepare_tree("tiny", {"path": str(tree)}, [], cache)
+    patched = prepare_tree("tiny", {"path": str(tree)}, [TINY / "variant.patch"], cache)
+    assert plain.key != patched.key and plain.identity == patched.identity
+    assert '"patched"' in Path(patched.tree or "", "engine.c").read_text()
+    assert '"base"' in (tree / "engine.c").read_text()  # the original tree is never patched
+    assert prepare_tree("tiny", {"path": str(tree)}, [TINY / "variant.patch"], cache) == patched  # made once
+    (tree / "engine.c").write_text((tree / "engine.c").read_text().replace('"base"', '"changed"'))
+    with pytest.raises(BuildError) as raised:
+        prepare_tree("tiny", {"path": str(tree)}, [TINY / "variant.patch"], cache)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"engine tiny: patch {TINY / 'variant.patch'} does not apply: ") and "log: " in message

@@ -224,7 +224,7 @@ def check_builds(experiment: Experiment, doc: YamlDoc) -> None:
     for name in experiment.builds:
         if not _NAME.match(name):
             raise doc.error(("builds", name), f"build name {name!r} is not a plain name (letters, digits, '_', '-', "
-                                              "'.'): it is a matrix value, a label word and a cache directory")
+                                              "'.'): it is a matrix value and a word of cell labels")
     values = experiment.matrix.get(BUILD_AXIS)
     if not experiment.builds:
         return  # no builds: `build` is an ordinary axis, as it always was
