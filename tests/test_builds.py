@@ -539,3 +539,18 @@ def test_a_declared_builds_tree_is_patched_once_keyed_by_its_inputs_and_a_bad_pa
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith(f"engine tiny: patch {TINY / 'variant.patch'} does not apply: ") and "log: " in message
+
+
+def test_the_runner_runs_a_sides_own_build_before_the_runs_engine(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from runner.steps.llamacpp import engine_binary
+
+    for name in ("side", "run"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "llama-server").write_text("")
+        (tmp_path / name / "llama-server").chmod(0o755)
+    ctx = SimpleNamespace(spec={"engines": {"llama.cpp": {"bin_dir": str(tmp_path / "run")}}})
+    assert engine_binary(ctx, {"bin_dir": str(tmp_path / "side")}, "llama-server") == str(tmp_path / "side" /
+                                                                                           "llama-server")
+    assert engine_binary(ctx, {}, "llama-server") == str(tmp_path / "run" / "llama-server")
