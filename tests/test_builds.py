@@ -554,3 +554,19 @@ def test_the_runner_runs_a_sides_own_build_before_the_runs_engine(tmp_path: Path
     assert engine_binary(ctx, {"bin_dir": str(tmp_path / "side")}, "llama-server") == str(tmp_path / "side" /
                                                                                            "llama-server")
     assert engine_binary(ctx, {}, "llama-server") == str(tmp_path / "run" / "llama-server")
+
+
+@pytest.mark.slow
+def test_deploy_with_an_experiment_makes_its_named_builds_ahead_of_the_campaign(tmp_path: Path) -> None:
+    from tests.helpers import private_targets_dir, run_cli
+
+    exp = tmp_path / "e.yaml"
+    exp.write_text(fake_llama_experiment(tmp_path))
+    env = {"HARNESS_BUILD_CACHE": str(tmp_path / "cache")}
+    outputs = [run_cli("deploy", "local", "--targets-dir", str(private_targets_dir()), "--experiment", str(exp),
+                       env=env) for _ in range(2)]
+    assert all(done.returncode == 0 for done in outputs), outputs[0].stdout + outputs[0].stderr
+    first, second = (done.stdout for done in outputs)
+    assert "local: build base (llama.cpp) built, key " in first and "local: build strategies (llama.cpp) built" in first
+    assert "local: build base (llama.cpp) already built (cache hit)" in second
+    assert "llama.cpp built" not in first  # no default build: every llama.cpp run runs a named build

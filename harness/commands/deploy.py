@@ -11,9 +11,10 @@ import typer
 from harness.boards.inventory import load_targets, select_targets
 from harness.boards.lease import DEFAULT_WAIT_S
 from harness.boards.session import open_session
-from harness.campaign.prepare import build_engines, prepare_target
+from harness.campaign.prepare import BUILD_CACHE, build_engines, prepare_target
 from harness.campaign.resolve import load_resolved
 from harness.commands.common import TargetsDirOpt, console
+from harness.engines import ENGINES
 
 
 def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
@@ -31,8 +32,9 @@ def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
         try:
             info = session.deployed
             if needs is not None and info is not None:
-                prepare_target(session, *needs, console.print)
+                prepare_target(session, *needs[:3], console.print)
                 _report_engines(chosen.name, session.engines, session.models)
+                _named_builds(needs[3], session, needs[2], chosen.name)
         finally:
             session.close()
         if info is None:
@@ -42,6 +44,7 @@ def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
                     what = "already built (cache hit)" if build.cached else "built"
                     console.print(f"{chosen.name}: {engine} {what}, key {build.key[:12]}, binaries in "
                                   f"{build.dir}/build/bin", highlight=False)
+                _named_builds(needs[3], None, needs[2], chosen.name)
             continue
         sent = info["transferred_files"]
         what = f"{len(sent)} files sent ({info['transferred_bytes']} bytes)" if sent else "no files sent (unchanged)"
@@ -51,20 +54,40 @@ def deploy(target: list[str] = typer.Argument(..., help="target name or tag:X"),
                       f"({info['compiler']}) in {info['duration_s']:.2f} s", highlight=False)
 
 
-def _experiment_needs(path: Path) -> tuple[dict[str, Any], dict[str, tuple[str, dict[str, Any]]], Path]:
-    """The engines an experiment's steps use and its synthetic models (made here, cached)."""
+Needs = tuple[dict[str, Any], dict[str, tuple[str, dict[str, Any]]], Path, dict[str, tuple[str, Any]]]
+
+
+def _experiment_needs(path: Path) -> Needs:
+    """The engines an experiment's steps use, its synthetic models (made here, cached) and its named builds of
+    llama.cpp or BigMoeOnEdge (name -> (engine, EngineSpec)); a declared engine's builds are made by its campaign."""
+    from harness.campaign.builds import builds_needed, default_engines
     from harness.campaign.plan import build_plan
     from harness.campaign.prepare import drop_unavailable, engines_needed, synth_model
-    from harness.steps import STEPS
 
     loaded = load_resolved(path)
     exp = loaded.experiment
-    step_engines = {name for run in build_plan(loaded).runs for name in STEPS[run.step].engines_used(run.cell.config)}
-    engines = engines_needed(exp, step_engines)
+    runs = build_plan(loaded).runs
+    engines = engines_needed(exp, default_engines(exp, runs))
     drop_unavailable(engines, console.print)  # an optional engine that cannot be had here: one line, as run says
     models = {name: (str(p), info) for name, spec in exp.named_files().items() if spec.synth is not None
               for p, info in [synth_model(spec.synth, console.print)]}
-    return engines, models, path.resolve().parent
+    named = {name: (exp.builds[name].engine, spec) for name, spec in builds_needed(exp, runs).items()}
+    return engines, models, path.resolve().parent, named
+
+
+def _named_builds(named: dict[str, tuple[str, Any]], session: Any, experiment_dir: Path, target: str) -> None:
+    """Each named build made (or found cached) here (``session`` None: a target sharing this machine's files) or
+    on the session's board, in one line each."""
+    for name, (engine, spec) in named.items():
+        if session is None:
+            info = ENGINES[engine].build(spec, experiment_dir, BUILD_CACHE, console.print)
+            key, cached = info.key, info.cached
+        else:
+            record = ENGINES[engine].build_on_target(session, spec, experiment_dir, BUILD_CACHE / "sources",
+                                                     console.print)
+            key, cached = record["key"], not record["built"]
+        what = "already built (cache hit)" if cached else "built"
+        console.print(f"{target}: build {name} ({engine}) {what}, key {str(key)[:12]}", highlight=False)
 
 
 def _report_engines(name: str, engines: dict[str, dict[str, Any]], models: dict[str, str]) -> None:
