@@ -117,7 +117,9 @@ class ExtractRule(StrictModel):
 
 class BuildSpec(StrictModel):
     """Commands run in order in ``{build_dir}`` (a directory of the target's build cache, keyed by this block), each
-    an argument list; a build that finished once is not run again."""
+    an argument list; a build that finished once is not run again. A named build of the engine (the experiment's
+    ``builds: {NAME: {engine: THIS, source: {git: URL, commit: SHA} | {path: DIR}, patches: [...]}}``) gives them
+    its source tree, patched, as ``{source_dir}``, and is keyed by this block, the source and the patches."""
 
     commands: list[Argv] = Field(min_length=1)
     timeout_s: Annotated[float, Field(gt=0)] = 3600.0
