@@ -100,6 +100,9 @@ class EquivalenceStep(StepKind):
     def engines_used(self, config: EquivalenceConfig) -> set[str]:
         return {config.a.engine, config.b.engine}
 
+    def files_read(self, config: EquivalenceConfig) -> list[str]:
+        return list(dict.fromkeys([config.a.model, config.b.model]))
+
     def builds_named(self, config: EquivalenceConfig) -> set[str]:
         return {side.build for side in (config.a, config.b) if side.build is not None}
 
@@ -116,9 +119,6 @@ class EquivalenceStep(StepKind):
                                         f"the side's engine is {side.engine}"
         return None
 
-    def files_read(self, config: EquivalenceConfig) -> list[str]:
-        return list(dict.fromkeys([config.a.model, config.b.model]))
-
     def estimate_s(self, config: EquivalenceConfig, file_sizes: dict[str, int]) -> float:
         per_side = 10.0 + len(config.prompts) * (1.0 + config.n_predict * 0.1)
         return 2 * per_side
@@ -126,12 +126,12 @@ class EquivalenceStep(StepKind):
     def runner_spec(self, config: EquivalenceConfig, files: dict[str, str], cache: str) -> dict[str, Any]:
         sides = {}
         for name, side in (("a", config.a), ("b", config.b)):
-            sides[name] = {"engine": side.engine, "model": files[side.model], "args": list(side.args),
+            # a side naming a build: the campaign adds that build's bin_dir (harness.campaign.builds.place_sides)
+            sides[name] = {"engine": side.engine, **({"build": side.build} if side.build is not None else {}),
+                           "model": files[side.model], "args": list(side.args),
                            "memory_bytes": None if side.memory is None else parse_size(side.memory),
                            "seed": config.seed if side.seed is None else side.seed,
                            "temperature": side.temperature, "ignore_eos": config.ignore_eos}
-            if side.build is not None:  # the campaign adds the build's bin_dir (harness.campaign.spec)
-                sides[name]["build"] = side.build
         return {"sides": sides, "prompts": list(config.prompts), "n_predict": config.n_predict,
                 "health_timeout_s": config.health_timeout_s,
                 "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 1200}

@@ -18,9 +18,9 @@ import subprocess
 import sys
 import time
 
-from runner.enginebuild import copy_tree, locked, unpack_source
+from runner.enginebuild import locked
 from runner.steps.base import StepFailed
-from runner.util import sha256_file, tail
+from runner.util import tail
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 PROBE_OUTPUT_LIMIT = 64 * 1024  # a probe's raw output kept as a fact: enough for a profile, not a log
@@ -56,6 +56,8 @@ def source_dir(directory, spec):
 
 def place_source(directory, spec):
     """The build's own copy of its source tree: from the prepared tree, or the pushed archive."""
+    from runner.enginebuild import copy_tree, unpack_source
+
     source = spec.get("source")
     if not source:
         return
@@ -156,6 +158,8 @@ def prepare(spec_path):
     except StepFailed as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 1
+    from runner.util import sha256_file
+
     binary = harness_values(spec, directory, "")["binary"]
     print(json.dumps({"engine": spec["engine"], "build_dir": directory, "built_now_s": built_s,
                       "build_key": spec.get("build_key"), "binary": binary,
