@@ -175,3 +175,12 @@ def test_the_equivalence_table_shows_each_sides_env_only_in_a_set_that_has_one()
     assert row["a_env"] == '{"HARNESS_EXPERT_PREAD": "131072"}' and row["b_env"] is None
     plain = equivalence_row(rec, {"a": {"engine": "llama.cpp"}, "b": {"engine": "llama.cpp"}})
     assert "a_env" not in plain and "b_env" not in plain
+
+
+def test_the_runner_refuses_a_hand_written_spec_whose_env_is_not_names_to_strings() -> None:
+    from runner.steps.base import StepFailed, step_env
+
+    assert step_env({}) == {} and step_env({"env": {"X": "1"}}) == {"X": "1"}
+    for bad in ({"X": 1}, ["X=1"], {"X": None}):
+        with pytest.raises(StepFailed, match="the spec's env must map names to strings"):
+            step_env({"env": bad})
