@@ -6,6 +6,7 @@ reads: tests/test_llama_steps.py)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -184,3 +185,69 @@ def test_the_runner_refuses_a_hand_written_spec_whose_env_is_not_names_to_string
     for bad in ({"X": 1}, ["X=1"], {"X": None}):
         with pytest.raises(StepFailed, match="the spec's env must map names to strings"):
             step_env({"env": bad})
+
+
+FAKE_BMOE_CLI = """#!/bin/sh
+# bmoe-cli's output without --progress (prompt, pieces, blank line, summary); the piece is what the env says
+while [ $# -gt 0 ]; do case "$1" in -p) prompt="$2"; shift;; esac; shift; done
+piece="${HARNESS_EXPERT_ASYNC:-unset}"
+printf '%s' "$prompt"; printf ' %s\\n\\ngeneration: 2 tokens, 0.1 s/token (10.0 tok/s)\\n' "$piece"
+"""
+
+
+class _NoCollectors:
+    def on_spawn(self, pid: int) -> None:
+        pass
+
+
+def test_an_equivalence_side_of_bmoe_cli_runs_with_its_own_env(tmp_path: Path) -> None:
+    from runner.run_context import RunContext
+    from runner.steps.generators import BmoeCliGenerator
+
+    (tmp_path / "bin").mkdir()
+    cli = tmp_path / "bin" / "bmoe-cli"
+    cli.write_text(FAKE_BMOE_CLI)
+    cli.chmod(0o755)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    ctx = RunContext({"engines": {"bigmoeonedge": {"bin_dir": str(cli.parent)}}}, str(tmp_path), _NoCollectors())
+    side = {"model": str(model), "args": [], "temperature": 0.0}
+    with_env = BmoeCliGenerator(ctx, {**side, "env": {"HARNESS_EXPERT_ASYNC": "8"}})
+    with_env.start()
+    assert with_env.generate("p", 2, 42, 30)["text"] == " 8"
+    without = BmoeCliGenerator(ctx, side)
+    without.start()
+    assert without.generate("p", 2, 42, 30)["text"] == " unset"
+
+
+EQUIVALENCE = """\
+name: env-equivalence
+model: {synth: {layers: 4, experts: 8, used: 2}}
+cache: none
+validity: off
+steps:
+  - equivalence:
+      a: {args: [-t, 1, -np, 1], env: {LLAMA_ARG_CTX_SIZE: "768"}}
+      b: {args: [-t, 1, -np, 1, -c, 768]}
+      prompts: ["What is the capital of Australia?"]
+      n_predict: 8
+"""
+
+
+@pytest.mark.slow
+def test_an_equivalence_side_of_llama_server_runs_with_its_own_env(tmp_path: Path) -> None:
+    """Side a asks for its context by the variable llama.cpp reads as -c, side b by -c: the same server settings,
+    so the same tokens; a's log shows the variable reached its server, and the table says which side had it."""
+    exp = tmp_path / "e.yaml"
+    exp.write_text(EQUIVALENCE)
+    done = run_campaign(str(exp), "--results", str(tmp_path / "results"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    from harness.results.loader import load_result_set
+
+    rs = load_result_set(next((tmp_path / "results").iterdir()))
+    row = rs.table("equivalence").iloc[0]
+    assert bool(row["identical"]) and row["a_env"] == '{"LLAMA_ARG_CTX_SIZE": "768"}' and row["b_env"] is None
+    logs = {path.parent.name: path.read_text(errors="replace")
+            for path in rs.path.glob("raw/*/*/*/llama-server.stderr")}
+    assert len(logs) == 2, sorted(logs)
+    assert all(re.findall(r"n_ctx_slot = (\d+)", log) == ["768"] for log in logs.values())
