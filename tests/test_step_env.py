@@ -164,6 +164,11 @@ def test_a_real_engine_sees_its_cells_env_beside_the_runners_own(tmp_path: Path)
         spec = json.loads((run_dir / "run.json").read_text())["spec"]
         assert spec["step"]["env"] == {"HARNESS_EXPERT_DEPTH": str(spec["params"]["depth"]),
                                        "FIXED": "two words $HOME"}
+    # what a user asks of the set: runs by the variable, as by a matrix axis
+    query = cli_in_process("results", "query", "SELECT env_HARNESS_EXPERT_DEPTH AS d, count(*) AS n FROM runs "
+                           "GROUP BY d ORDER BY d", "--results", str(tmp_path / "results"), "--format", "csv")
+    assert query.returncode == 0, query.stderr
+    assert query.stdout.split() == ["d,n", "16,1", "4,1"]
 
 
 def test_the_equivalence_table_shows_each_sides_env_only_in_a_set_that_has_one() -> None:
