@@ -1,6 +1,6 @@
 """``python3 -m runner run SPEC | probe [--file F]... [--block-device D] | mkfile PATH SIZE [--owner SET]
-| rmfile PATH --owner SET --inside DIR | free PATH | safedir DIR [--shared] | reap SET[/TARGET] | sha256 PATH
-| engine build|check SPEC``."""
+| rmfile PATH --owner SET --inside DIR | free PATH | safedir DIR [--shared] | dirid DIR | reap SET[/TARGET]
+| sha256 PATH | engine build|check SPEC``."""
 
 import argparse
 import errno
@@ -32,6 +32,9 @@ def _parser():
     safe_p = sub.add_parser("safedir", help="print why another user could plant links in DIR (or null) as JSON")
     safe_p.add_argument("path")
     safe_p.add_argument("--shared", action="store_true", help="DIR itself may be a shared sticky dir (scratch)")
+    dirid_p = sub.add_parser("dirid", help="print which directory DIR is (machine, device, inode) as JSON: do two "
+                             "targets share it?")
+    dirid_p.add_argument("path")
     free_p = sub.add_parser("free", help="print the free space of the file system holding PATH as JSON")
     free_p.add_argument("path")
     reap_p = sub.add_parser("reap", help="stop every process an earlier run left running, by its mark: SCOPE is "
@@ -94,6 +97,7 @@ def main(argv=None):
         "mkfile": lambda: _data_file(args),
         "rmfile": lambda: _data_file(args),
         "free": lambda: _print(json.dumps(util.free_bytes(args.path))),
+        "dirid": lambda: _print(json.dumps(util.directory_identity(args.path), sort_keys=True)),
         "safedir": lambda: _print(json.dumps(util.unsafe_directory(args.path, args.shared))),
         "reap": lambda: _reap(args.scope),
         "sha256": lambda: _print(util.sha256_file(args.path)),

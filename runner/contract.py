@@ -86,7 +86,9 @@ class _RunSpecKeys(TypedDict):
     run_id: str
     cache: str  # cold, warm or none: the state the cache files are brought into before the step
     # what the step does: {"kind": ..., the kind's own keys}; a kind's keys are what its controller side's
-    # runner_spec returns (harness/steps/<kind>.py) and its runner side reads (runner.steps.registry.STEPS[kind])
+    # runner_spec returns (harness/steps/<kind>.py) and its runner side reads (runner.steps.registry.STEPS[kind]);
+    # an engine step (and an equivalence side) may carry "env": names -> strings added to its engine process's
+    # environment (harness/steps/env.py; absent when the experiment sets none)
     step: Dict[str, Any]
 
 

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import tempfile
@@ -114,6 +115,20 @@ def _create(dir_fd, name):
 
 def _open_dir(directory):
     return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+
+
+def directory_identity(path):
+    """Which directory ``path`` is, so that two targets can tell whether they share it: this machine's boot (two
+    names of one host, or two targets of one machine, give the same), the nearest existing directory's device and
+    inode (a bind mount of it is the same directory, another file system at the same path is not) and the rest of
+    the path below it (a scratch directory made later). JSON-ready."""
+    where = os.path.abspath(path)
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    st = os.stat(where)
+    boot = read_text("/proc/sys/kernel/random/boot_id", "") or ""  # Linux and Android; macOS: the host name alone
+    return {"machine": "%s %s" % (socket.gethostname(), boot.strip()), "dev": st.st_dev, "ino": st.st_ino,
+            "below": os.path.relpath(os.path.abspath(path), where), "path": os.path.realpath(path)}
 
 
 class FreeSpace(TypedDict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -327,3 +328,18 @@ def test_cold_and_warm_requests_generate_the_same_text(tmp_path: Path, llama_bin
         texts[cache] = [json.loads(line)["content"] for line in lines]
     assert len(texts["cold"]) == 3 and all(texts["cold"])
     assert texts["cold"] == texts["warm"]
+
+
+@pytest.mark.slow
+def test_llama_server_honours_a_variable_it_reads(tmp_path: Path, llama_bin_dir: str, tiny_moe: SynthInfo) -> None:
+    """llama.cpp reads LLAMA_ARG_CTX_SIZE as -c (common/arg.cpp's set_env): the real server's own log shows the
+    context the variable asked for (768, a multiple of 256 it keeps as is; the model's default is 4096), so the
+    variable reached the engine process through the runner."""
+    options = {"args": ["-t", 1, "-np", 1], "prompts": str(PROMPTS), "n_predict": 4,
+               "env": {"LLAMA_ARG_CTX_SIZE": "768"}}
+    record, tables = run_step(tmp_path, "llama-server", options, tiny_moe.path, llama_bin_dir, "warm")
+    assert record["status"] == "ok", record.get("error")
+    assert record["spec"]["step"]["env"] == {"LLAMA_ARG_CTX_SIZE": "768"}
+    log = (tmp_path / "run" / "llama-server.stderr").read_text(errors="replace")
+    assert re.findall(r"n_ctx_slot = (\d+)", log) == ["768"], log[-2000:]
+    assert len(tables["requests"]) >= 1

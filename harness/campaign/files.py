@@ -36,6 +36,33 @@ def check_directories(ctx: CampaignContext, session: TargetSession) -> None:
                              "symlinks there; refused (give a directory of your own)")
 
 
+def check_shared_scratch(ctx: CampaignContext, sessions: list[TargetSession]) -> None:
+    """Preflight: two targets whose scratch is one directory (two targets of one machine given one ``--scratch``)
+    would create the same data files there at once (one fails: "data.bin.partial: No such file or directory"),
+    and a lock would not be enough: each target's cold runs would drop the pages the other's warm runs measure, and
+    the first to finish would remove the file under the other. Refused in one line naming both and the directory,
+    before anything is created or built."""
+    created = sorted(f"{name}.bin" for name, spec in ctx.experiment.named_files().items() if spec.create is not None)
+    if not created:
+        return  # nothing is written to scratch: sharing it is harmless
+    seen: dict[tuple[str, int, int, str], str] = {}
+    for session in sessions:
+        directory = scratch_dir(ctx, session)
+        done = session.transport.run([session.python, "-m", "runner", "dirid", directory], cwd=session.runner_root)
+        try:
+            found = json.loads(done.stdout.decode(errors="replace").strip().splitlines()[-1])
+            key = (str(found["machine"]), int(found["dev"]), int(found["ino"]), os.path.normpath(found["below"]))
+        except (ValueError, IndexError, KeyError, TypeError):
+            raise TargetError(f"target {session.target.name}: cannot tell which directory the scratch {directory} "
+                              f"is: {done.stderr.decode(errors='replace').strip()[-200:]}") from None
+        other = seen.setdefault(key, session.target.name)
+        if other != session.target.name:
+            raise UsageError(f"targets {other} and {session.target.name} share the scratch directory {directory} "
+                             f"on one machine: both would create, cache-drop and remove {', '.join(created)} there "
+                             "at once; give each its own (without --scratch each uses its workdir) or run them as "
+                             "two campaigns")
+
+
 def existing_file_size(ctx: CampaignContext, session: TargetSession, name: str, path: str) -> int:
     size = session.transport.file_size(path)
     if size is None:

@@ -154,10 +154,15 @@ def new_writer(ctx: CampaignContext, results_dir: Path) -> ResultSetWriter:
 
 
 def planned(target: Target, run: PlannedRun) -> RunEntry:
-    return {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
-            "step_label": run.cell.label, "engine": STEPS[run.step].engine_label(run.cell.config),
-            "cache": run.cache, "round": run.round, "repeat": run.repeat,
-            "params": run.params, "estimate_s": round(run.estimate_s, 1), "status": "pending"}
+    step = STEPS[run.step]
+    entry: RunEntry = {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
+                       "step_label": run.cell.label, "engine": step.engine_label(run.cell.config),
+                       "cache": run.cache, "round": run.round, "repeat": run.repeat,
+                       "params": run.params, "estimate_s": round(run.estimate_s, 1), "status": "pending"}
+    env = step.env(run.cell.config)
+    if env:  # only where a step sets one: the manifest of a set without env: is as before
+        entry["env"] = env
+    return entry
 
 
 def finish(ctx: CampaignContext, writer: ResultSetWriter, complete: bool) -> CampaignResult:

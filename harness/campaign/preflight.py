@@ -27,6 +27,7 @@ def preflight(ctx: CampaignContext, lease_wait_s: float) -> list[TargetSession]:
         for target in ctx.targets:
             sessions.append(open_target(ctx, target, lease_wait_s))
             check_target(ctx, sessions[-1], tools)
+        files.check_shared_scratch(ctx, sessions)  # before a board builds or a file is made
         prepare_remote(ctx, sessions)
         ctx.targets = [session.target for session in sessions]  # resolved: labgrid places named, addresses known
     except BaseException:

@@ -31,6 +31,7 @@ from harness.results.validity import measure_columns
 from harness.results.variants import variant_label
 from harness.steps import STEPS
 from harness.steps.base import StepKind
+from harness.steps.env import env_columns
 from runner.contract import RunRecord
 
 Rows = list[dict[str, Any]]
@@ -45,6 +46,7 @@ def run_row(planned: Mapping[str, Any], record: RunRecord | None) -> dict[str, A
     row["step_label"] = planned.get("step_label", planned["step"])
     row["engine"] = planned.get("engine")  # the engine the step ran (variant labels name any but llama.cpp's)
     row.update(planned.get("params", {}))
+    row.update(env_columns(planned.get("env")))  # env_<NAME> per variable the step set (none: no column)
     row["status"] = planned.get("status", "planned")
     # the campaign's verdict on the run's interference (harness/results/validity.py); a retry names its original
     row["perturbed"] = bool(planned.get("perturbed", False))

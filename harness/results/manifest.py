@@ -32,6 +32,9 @@ class RunPlan(TypedDict, total=False):
     repeat: int
     params: dict[str, Any]  # the matrix values of the run's cell (JSON scalars)
     estimate_s: float
+    # the variables the step's env: added to its engine process's environment, templated for the cell (absent:
+    # none; equivalence's sides carry theirs in the spec and the equivalence table)
+    env: dict[str, str]
 
 
 class RunFields(TypedDict, total=False):

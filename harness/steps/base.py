@@ -38,6 +38,12 @@ class StepKind(ABC):
         """Engine builds a run of this step with ``config`` needs (a step that compares engines names several)."""
         return {self.engine} if self.engine else set()
 
+    def env(self, config: Any) -> dict[str, str]:
+        """What a run of this step with ``config`` adds to its engine process's environment (``env:``), as the
+        manifest's run entry and the runs table record it; a step of several processes each with its own
+        (equivalence's sides) records them in its own table instead."""
+        return dict(getattr(config, "env", None) or {})
+
     def files_read(self, config: Any) -> list[str]:
         """Named files (keys of the experiment's files) whose cache state the run controls."""
         return [config.file] if getattr(config, "file", None) else []

@@ -30,6 +30,7 @@ from harness.config.validate import StrictModel
 from harness.parsers import ParseError
 from harness.parsers.bmoe import bmoe_request_row, parse_bmoe_log
 from harness.steps.base import Rows, StepKind, register_step
+from harness.steps.env import StepEnv, with_env
 from harness.steps.llamacpp import Prompts
 from harness.steps.requests import (
     Arg,
@@ -66,6 +67,7 @@ class BmoeConfig(StrictModel):
     seed: Annotated[int, Field(ge=0)] | None = None                         # --seed
     temp: Annotated[float, Field(ge=0)] = 0.0                               # --temp (0: greedy, comparable runs)
     args: list[Arg] = Field(default_factory=list)                           # any other bmoe-cli flags
+    env: StepEnv = Field(default_factory=dict)                              # added to bmoe-cli's environment
     timeout_s: Annotated[float, Field(gt=0)] | None = None
 
     @field_validator("args")
@@ -112,7 +114,7 @@ class BmoeStep(StepKind):
     def runner_spec(self, config: BmoeConfig, files: dict[str, str], cache: str) -> dict[str, Any]:
         return {"model": files[config.model], "args": bmoe_args(config), "prompts": config.prompt_list(),
                 "n_predict": config.n_predict, "cache": cache,
-                "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 600}
+                "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 600, **with_env(config.env)}
 
     def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         output = run_dir / "bmoe.jsonl"

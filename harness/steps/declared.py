@@ -10,6 +10,7 @@
           n_predict: 64                        # {n_predict}
           args: {threads: "{threads}"}         # other placeholders of the run template (matrix templates allowed)
           decode_window: [129, 256]            # overrides the declaration's
+          env: {MY_ENGINE_PREFETCH: "{depth}"} # added to the engine's environment (harness/steps/env.py)
 
 The target builds the engine once (``runner.steps.declared prepare``, before the runs, from the campaign) and runs
 its template as one argument list: a value with spaces or quotes stays one argument. Tables: ``requests`` (one row
@@ -36,6 +37,7 @@ from harness.config.template import template_names
 from harness.config.validate import StrictModel
 from harness.parsers.declared import extract
 from harness.steps.base import Rows, StepKind, register_step
+from harness.steps.env import StepEnv, with_env
 from harness.steps.requests import without_marks
 from runner.contract import RunRecord
 
@@ -50,6 +52,7 @@ class RunConfig(StrictModel):
     n_predict: Annotated[int, Field(ge=1)] | None = None
     prompt: str | None = None
     args: dict[str, Scalar] = Field(default_factory=dict)
+    env: StepEnv = Field(default_factory=dict)  # added to the engine's environment (harness/steps/env.py)
     decode_window: tuple[int, int] | None = None
     timeout_s: Annotated[float, Field(gt=0)] = 3600.0
 
@@ -136,7 +139,8 @@ class RunStep(StepKind):
                 "values": config.values(declared), "model": files[config.model] if config.model else None,
                 "outputs": list(declaration.outputs), "timeout_s": config.timeout_s,
                 "decode_window": list(window) if window else None,
-                "extract": [rule.model_dump(exclude_none=True) for rule in declaration.extract]}
+                "extract": [rule.model_dump(exclude_none=True) for rule in declaration.extract],
+                **with_env(config.env)}
 
     def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         step = record["spec"]["step"]

@@ -4,6 +4,8 @@
       - equivalence:
           a: {engine: llama.cpp, args: [-t, 2], memory: 512M}     # mmap, streamed under a 512 MiB budget
           b: {engine: llama.cpp, args: [-t, 2, --no-mmap]}        # fully resident, no budget of its own
+          # a side's env: (harness/steps/env.py), e.g. a strategy patch switched on against the same build off:
+          #   a: {engine: llama.cpp, args: [-t, 2], env: {HARNESS_EXPERT_PREAD: "131072"}}
           prompts: experiments/prompts/quickstart.jsonl           # {"prompt": ...} per line, or an inline list
           n_predict: 16
         cache: none                                               # each side starts cold by itself
@@ -19,7 +21,8 @@ text, byte for byte (the UTF-8 of each text; a token piece that is no valid UTF-
 llama-server's JSON cannot carry it). Table ``equivalence``: one row per prompt (``identical``,
 ``first_divergence_pos``: a token index, or a byte offset when compared as text; ``a_token``/``b_token`` there: ids
 as text, or a short excerpt of each text; ``a_n``/``b_n`` tokens or bytes; both outputs; each side's settings and
-whether it started cold). The run record's summary holds the verdict (``pass``/``fail``) and the first divergence.
+whether it started cold; ``a_env``/``b_env``, each side's ``env:`` as JSON text, where a side of the step sets one).
+The run record's summary holds the verdict (``pass``/``fail``) and the first divergence.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from harness.config.validate import StrictModel
 from harness.emulation.controller import MIN_MEMORY_BYTES
 from harness.parsers import ParseError
 from harness.steps.base import Rows, StepKind, register_step
-from harness.steps.llamacpp import Prompts
+from harness.steps.env import StepEnv, env_text, refuse_owned_env, with_env
+from harness.steps.llamacpp import SERVER_OWNED_ENV, Prompts
 from harness.steps.requests import Arg, refuse_owned
 from harness.units import format_size, parse_size
 from runner.contract import RunRecord
@@ -47,12 +51,16 @@ OWNED_ARGS = {
                      "--session"),
 }
 
+# what each engine reads from its environment as one of those flags (llama.cpp's server: common/arg.cpp)
+OWNED_ENV = {"llama.cpp": SERVER_OWNED_ENV}
+
 
 class SideConfig(StrictModel):
     engine: str = "llama.cpp"
     build: str | None = None  # an entry of the experiment's builds: (of this engine); none: the cell's build
     model: str = "model"
     args: list[Arg] = Field(default_factory=list)
+    env: StepEnv = Field(default_factory=dict)  # added to this side's engine environment (harness/steps/env.py)
     memory: str | int | None = Field(default=None, description="this side's memory budget, e.g. 512M; none: none")
     seed: int | None = None  # the step's seed unless set
     temperature: Annotated[float, Field(ge=0)] = 0.0  # greedy; > 0 only to show that a divergence is found
@@ -74,6 +82,7 @@ class SideConfig(StrictModel):
     @model_validator(mode="after")
     def _owned(self) -> SideConfig:
         refuse_owned(self.args, tuple(OWNED_ARGS.get(self.engine, ())), self.engine)
+        refuse_owned_env(self.env, OWNED_ENV.get(self.engine, ()), self.engine)
         return self
 
 
@@ -99,6 +108,9 @@ class EquivalenceStep(StepKind):
 
     def engines_used(self, config: EquivalenceConfig) -> set[str]:
         return {config.a.engine, config.b.engine}
+
+    def env(self, config: EquivalenceConfig) -> dict[str, str]:
+        return {}  # each side has its own: the equivalence table's a_env and b_env
 
     def files_read(self, config: EquivalenceConfig) -> list[str]:
         return list(dict.fromkeys([config.a.model, config.b.model]))
@@ -131,7 +143,7 @@ class EquivalenceStep(StepKind):
                            "model": files[side.model], "args": list(side.args),
                            "memory_bytes": None if side.memory is None else parse_size(side.memory),
                            "seed": config.seed if side.seed is None else side.seed,
-                           "temperature": side.temperature, "ignore_eos": config.ignore_eos}
+                           "temperature": side.temperature, "ignore_eos": config.ignore_eos, **with_env(side.env)}
         return {"sides": sides, "prompts": list(config.prompts), "n_predict": config.n_predict,
                 "health_timeout_s": config.health_timeout_s,
                 "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 1200}
@@ -164,6 +176,8 @@ def equivalence_row(rec: dict[str, Any], sides: dict[str, Any],
         side = sides.get(name) or {}
         row[f"{name}_engine"] = side.get("engine")
         row[f"{name}_args"] = " ".join(str(arg) for arg in side.get("args") or [])
+        if any("env" in (other or {}) for other in sides.values()):  # a set without env: the table as before
+            row[f"{name}_env"] = env_text(side.get("env"))
         row[f"{name}_memory_bytes"] = side.get("memory_bytes")
         row[f"{name}_temperature"] = side.get("temperature")
         row[f"{name}_seed"] = side.get("seed")

@@ -3,10 +3,12 @@
 Both read the binaries of the experiment's llama.cpp build from the run spec (``engines.llama.cpp.bin_dir``,
 filled by the campaign) and the model from the experiment's named files (``model`` by default). ``args`` are
 the engine's own command-line arguments, templated from the matrix (``["-t", "{threads}"]``); the options the
-harness owns (model, output format, host, port) are refused there.
+harness owns (model, output format, host, port) are refused there. ``env`` adds variables to the engine's
+environment, templated the same way (harness/steps/env.py says which names are refused and why).
 
     steps:
       - llama-bench: {args: [-p, 16, -n, 32, -t, "{threads}", -r, 3, -lm, mmap]}
+      - llama-bench: {args: [-t, "{threads}"], env: {HARNESS_EXPERT_PREAD: "131072"}}   # a strategy switched on
       - llama-server:
           args: [-t, "{threads}", -c, 512]
           prompts: experiments/prompts/short.jsonl    # {"prompt": ...} per line, or an inline list
@@ -40,6 +42,7 @@ from harness.parsers.cachedrop import cache_drop_columns
 from harness.parsers.llama_bench import sample_rows
 from harness.parsers.llama_server import timings_row
 from harness.steps.base import Rows, StepKind, register_step
+from harness.steps.env import StepEnv, refuse_owned_env, with_env
 from harness.steps.requests import (
     Arg,
     cache_reached,
@@ -55,9 +58,15 @@ from runner.contract import RunRecord
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+# llama-server reads these as -m, --host and --port (common/arg.cpp's set_env), the flags the harness sets: the
+# command line wins, with a warning, so a user's value would be silently ignored
+SERVER_OWNED_ENV = ("LLAMA_ARG_MODEL", "LLAMA_ARG_HOST", "LLAMA_ARG_PORT")
+
+
 class LlamaBenchConfig(StrictModel):
     model: str = "model"
     args: list[Arg] = Field(default_factory=list)
+    env: StepEnv = Field(default_factory=dict)  # added to llama-bench's environment (harness/steps/env.py)
     timeout_s: Annotated[float, Field(gt=0)] | None = None
 
     @field_validator("args")
@@ -97,6 +106,7 @@ class LlamaServerConfig(StrictModel):
     model: str = "model"
     args: list[Arg] = Field(default_factory=list)
     prompts: Annotated[Prompts, Field(min_length=1)]  # given as a JSONL path or inline
+    env: StepEnv = Field(default_factory=dict)  # added to llama-server's environment (harness/steps/env.py)
     n_predict: Annotated[int, Field(ge=1)] = 32
     requests_per_prompt: Annotated[int, Field(ge=1)] = 1
     # measure decode over output tokens a..b as well (InferSSD reports tokens 129-256)
@@ -113,6 +123,11 @@ class LlamaServerConfig(StrictModel):
     @classmethod
     def _args(cls, value: list[Arg]) -> list[Arg]:
         return refuse_owned(value, ("-m", "--model", "--host", "--port"))
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return refuse_owned_env(value, SERVER_OWNED_ENV, "llama-server")
 
     @model_validator(mode="after")
     def _window(self) -> LlamaServerConfig:
@@ -149,7 +164,8 @@ class LlamaBenchStep(_LlamaStep):
         return 10.0 + 4 * file_sizes.get(config.model, 0) / 200e6
 
     def runner_spec(self, config: LlamaBenchConfig, files: dict[str, str], cache: str) -> dict[str, Any]:
-        return {"model": files[config.model], "args": list(config.args), "timeout_s": config.timeout_s or 3600.0}
+        return {"model": files[config.model], "args": list(config.args), "timeout_s": config.timeout_s or 3600.0,
+                **with_env(config.env)}
 
     def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         output = run_dir / "bench.jsonl"
@@ -175,7 +191,7 @@ class LlamaServerStep(_LlamaStep):
                 "cache": cache, "request": {"ignore_eos": config.ignore_eos, **config.request},
                 "health_timeout_s": config.health_timeout_s,
                 "decode_window": list(config.decode_window) if config.decode_window else None,
-                "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 600}
+                "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 600, **with_env(config.env)}
 
     def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         output = run_dir / "requests.jsonl"

@@ -12,7 +12,7 @@ import os
 import time
 
 from runner import pagecache, util
-from runner.steps.base import StepFailed
+from runner.steps.base import StepFailed, step_env
 from runner.steps.llama_server import _device, has_exited, snapshot
 from runner.steps.llamacpp import check_model
 from runner.util import tail
@@ -75,7 +75,7 @@ def _one_prompt(ctx, binary, spec, native_bin, device, condition, index, prompt,
     argv += [str(a) for a in spec.get("args", [])] + ["--progress", "--csv", ctx.path(record["csv"])]
     marks = {}
     deadline = time.monotonic() + timeout_s
-    proc = ctx.spawn(argv, name=name)
+    proc = ctx.spawn(argv, name=name, env=step_env(spec))
     marks["start"] = snapshot(device, proc.pid)
     stdout = ctx.path(record["stdout"])
     while not has_exited(proc):

@@ -19,7 +19,7 @@ import sys
 import time
 
 from runner.enginebuild import locked
-from runner.steps.base import StepFailed
+from runner.steps.base import StepFailed, step_env
 from runner.util import tail
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -126,7 +126,7 @@ def run_declared(ctx, spec):
         raise StepFailed("engine %s: %s is missing or not executable" % (spec["engine"], values["binary"]))
     with open(ctx.path("engine.argv.json"), "w") as handle:
         json.dump(argv, handle)  # what ran, exactly, one element per argument
-    proc = ctx.spawn(argv, name="engine")
+    proc = ctx.spawn(argv, name="engine", env=step_env(spec))
     ctx.wait(proc, spec["timeout_s"])
     missing = [name for name in spec.get("outputs", []) if not os.path.exists(ctx.path(name))]
     return {"engine": spec["engine"], "argv": argv, "built_now_s": built_s, "outputs_missing": missing}

@@ -13,7 +13,7 @@ text: a process per prompt, compared as text.
 import http.client
 import json
 
-from runner.steps.base import StepFailed
+from runner.steps.base import StepFailed, step_env
 from runner.steps.bmoe import bmoe_binary
 from runner.steps.llama_server import has_exited, start_server, stop_server
 from runner.steps.llamacpp import check_model
@@ -97,7 +97,7 @@ class BmoeCliGenerator:
         self.calls += 1
         argv = [self.binary, "-m", self.side["model"], "-p", prompt, "-n", str(n_predict), "--seed", str(seed),
                 "--temp", repr(float(self.side.get("temperature", 0.0)))] + [str(a) for a in self.side.get("args", [])]
-        self.ctx.wait(self.ctx.spawn(argv, name=name), timeout_s)
+        self.ctx.wait(self.ctx.spawn(argv, name=name, env=step_env(self.side)), timeout_s)
         with open(self.ctx.path(name + ".stdout"), "rb") as handle:
             out = handle.read()
         head, end = prompt.encode("utf-8"), out.rfind(self.SUMMARY)

@@ -2,7 +2,7 @@
 
 import os
 
-from runner.steps.base import StepFailed
+from runner.steps.base import StepFailed, step_env
 from runner.steps.llamacpp import check_model, engine_binary
 from runner.util import read_text, tail
 
@@ -11,7 +11,7 @@ def run_llama_bench(ctx, spec):
     check_model(spec)
     argv = [engine_binary(ctx, spec, "llama-bench"), "-m", spec["model"]]
     argv += [str(a) for a in spec.get("args", [])] + ["-o", "jsonl"]
-    proc = ctx.spawn(argv, name="llama-bench")
+    proc = ctx.spawn(argv, name="llama-bench", env=step_env(spec))
     try:
         ctx.wait(proc, spec["timeout_s"])
     finally:

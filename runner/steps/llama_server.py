@@ -15,7 +15,7 @@ import time
 
 from runner import pagecache, util
 from runner.probes.blockdev import blockstat_line, resolve_block_device
-from runner.steps.base import StepFailed
+from runner.steps.base import StepFailed, step_env
 from runner.steps.llama_http import health, stream_completion
 from runner.steps.llamacpp import check_model, engine_binary
 from runner.steps.pageout import make_cold, warm_engine_files
@@ -163,7 +163,7 @@ def start_server(ctx, spec, attempts=3):
         argv = [engine_binary(ctx, spec, "llama-server"), "-m", spec["model"], "--host", "127.0.0.1",
                 "--port", str(port)] + [str(a) for a in spec.get("args", [])]
         t0 = time.monotonic_ns()
-        proc = ctx.spawn(argv, name="llama-server")
+        proc = ctx.spawn(argv, name="llama-server", env=step_env(spec))
         try:
             wait_healthy(ctx, proc, port, min(spec.get("health_timeout_s", 300), spec["timeout_s"]))
             return proc, port, (time.monotonic_ns() - t0) / 1e9
