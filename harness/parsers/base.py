@@ -16,7 +16,7 @@ from harness.registry import Registry
 # that steps and collectors extend with their own columns). A parser module types its own rows (a TypedDict or a
 # typed value per parser), which its direct callers see.
 Rows = list[dict[str, Any]]
-# any parser's rows: each a mapping of column names to values (a TypedDict is one, a dict[str, Any] too)
+# any parser's rows: each a mapping of column names to values (a TypedDict is one, and so is a plain dict)
 Parser = Callable[[bytes], Sequence[Mapping[str, object]]]
 
 
