@@ -15,6 +15,12 @@ Json = str | int | float | bool | None | list["Json"] | dict[str, "Json"]
 JsonObject = dict[str, Json]
 
 
+def number_of(value: Json) -> int | float | None:
+    """A JSON value where it is a number (a bool too, as arithmetic takes it), else None: what a parser computes
+    with, so a value of another type is left out instead of breaking the arithmetic."""
+    return value if isinstance(value, int | float) else None
+
+
 def text_of(data: bytes | str) -> str:
     """Decode captured output. Tools on boards sometimes emit stray non-UTF-8 bytes (a truncated
     multibyte character at the end of a killed log); replacing them beats refusing the file."""
