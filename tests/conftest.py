@@ -15,6 +15,7 @@ from tests.helpers import (
     QUICK_TEST,
     SMALL,
     STARTED,
+    build_native_tools,
     cgroups_missing,
     private_base,
     run_campaign,
@@ -61,6 +62,12 @@ def _assert_unchanged(before: dict[Path, dict[str, str]]) -> None:
         after = _snapshot(one)
         changed = sorted(name for name in files.keys() | after.keys() if files.get(name) != after.get(name))
         assert not changed, f"a test changed the shared result set {one.name}: {', '.join(changed)}"
+
+
+@pytest.fixture(scope="session")
+def native() -> Path:
+    """runner/native built (``make``: a no-op when it is) and the directory of its binaries, once per session."""
+    return build_native_tools()
 
 
 @pytest.fixture(scope="session")

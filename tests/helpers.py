@@ -404,3 +404,57 @@ def workload_files(prefix: str) -> Iterator[dict[str, str]]:
         yield files
     finally:
         shutil.rmtree(where, ignore_errors=True)
+
+
+def one_line_exit_2(done: subprocess.CompletedProcess[str]) -> str:
+    """The project's rule for bad input: exit 2 and one line on stderr, which is returned for the test to read."""
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def a_bad_field_is_one_line(kind: str, capture: Path, tmp_path: Path, line: int, error: str) -> None:
+    """``capture`` with an ``x`` put into the second TAB-separated field of its ``line`` (1-based): the parser
+    raises a ParseError ``line N: error``, and ``harness parse`` says it in one line naming the file and line."""
+    from harness.parsers import ParseError, parse
+
+    lines = capture.read_text().splitlines()
+    lines[line - 1] = lines[line - 1].replace("\t", "\tx", 1)
+    bad = tmp_path / capture.name
+    bad.write_text("\n".join(lines) + "\n")
+    try:
+        parse(kind, bad.read_bytes())
+    except ParseError as exc:
+        assert f"line {line}: {error}" in str(exc), exc
+    else:
+        raise AssertionError(f"{kind} read {bad} without an error")
+    message = one_line_exit_2(cli_in_process("parse", kind, str(bad)))
+    assert str(bad) in message and f"line {line}" in message, message
+
+
+def collect_step(native: Path, run_dir: Path, specs: list[dict[str, object]], argv: list[str],
+                 timeout: float = 60) -> tuple[int, int, int]:
+    """``argv`` as a run's step under the collectors ``specs``, started as the runner starts them (global ones
+    first, then told the step's pid): (its pid, its exit status, CLOCK_MONOTONIC ns when it was started). The
+    collectors are stopped whatever happens, and none may have failed."""
+    from runner.collectors.run import Collectors
+
+    collectors = Collectors(specs, str(native), str(run_dir), None)
+    collectors.start_global()  # returns once they run (offcpu: once bpftrace's probes are attached)
+    try:
+        started = time.monotonic_ns()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        collectors.on_spawn(proc.pid)
+        status = proc.wait(timeout=timeout)
+    finally:
+        errors = collectors.stop_all()
+    assert errors == []
+    return proc.pid, status, started
+
+
+def subshell_workload(native: Path, out: Path, seconds: float) -> list[str]:
+    """A step whose subshell runs the workload's sleeping threads for ``seconds`` (truth in ``out``): the workload
+    is the step's grandchild, so only a collector that follows the step's process tree sees it."""
+    return ["sh", "-c", f'( "{native / "workload"}" --seconds {seconds} --sleep 1 --hold-ms 0 --out "{out}"; true );'
+                        " true"]

@@ -24,9 +24,8 @@ from harness.parsers import ParseError, parse
 from harness.parsers.counters import THREAD_COLUMNS
 from runner import delayacct
 from runner.collectors import taskstats
-from runner.collectors.run import Collectors
 from runner.contract import CONTRACT_VERSION
-from tests.helpers import build_native_tools, run_cli, wait_for, workload_files
+from tests.helpers import a_bad_field_is_one_line, collect_step, wait_for, workload_files
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
@@ -35,11 +34,6 @@ PP = 0.05  # 5 percentage points
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc and delay accounting")
 root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                           reason="needs root: taskstats (CAP_NET_ADMIN) and kernel.task_delayacct")
-
-
-@pytest.fixture(scope="module")
-def native() -> Path:
-    return build_native_tools()
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +46,9 @@ def run_workload(native: Path, run_dir: Path, args: list[str], period_ms: int = 
     """The workload under the runner's counters collector, as a run's step would be: (truth, counter rows). Reads
     every 20 ms: the reads inside a thread's phase then cover all of it but a few per cent (its truth is measured
     over the whole phase)."""
-    collectors = Collectors([{"kind": "counters", "period_ms": period_ms}], str(native), str(run_dir), None)
-    collectors.start_global()
-    try:
-        proc = subprocess.Popen([str(native / "workload"), *args, "--out", str(run_dir / "truth.json")])
-        collectors.on_spawn(proc.pid)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        errors = collectors.stop_all()
-    assert errors == []
+    _, status, _ = collect_step(native, run_dir, [{"kind": "counters", "period_ms": period_ms}],
+                                [str(native / "workload"), *args, "--out", str(run_dir / "truth.json")])
+    assert status == 0
     return json.loads((run_dir / "truth.json").read_text()), parse("counters", (run_dir / "counters.txt").read_bytes())
 
 
@@ -364,16 +352,7 @@ def test_counters_capture_parses_to_rows_with_what_the_kernel_offered() -> None:
 
 
 def test_malformed_counters_line_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
-    lines = (DATA / "counters" / "counters.txt").read_text().splitlines()
-    lines[3] = lines[3].replace("\t", "\tx", 1)
-    bad = tmp_path / "counters.txt"
-    bad.write_text("\n".join(lines) + "\n")
-    with pytest.raises(ParseError, match="line 4: t_ns is not an integer"):
-        parse("counters", bad.read_bytes())
-    result = run_cli("parse", "counters", str(bad))
-    assert result.returncode == 2
-    message = result.stderr.strip()
-    assert len(message.splitlines()) == 1 and str(bad) in message and "line 4" in message, message
+    a_bad_field_is_one_line("counters", DATA / "counters" / "counters.txt", tmp_path, 4, "t_ns is not an integer")
 
 
 def test_counters_output_of_another_version_is_refused() -> None:

@@ -19,20 +19,13 @@ from harness.parsers import parse
 from harness.results import checksums
 from harness.results.loader import load_result_set
 from harness.results.store import ResultSetWriter
-from tests.helpers import DATA, cli_in_process
+from tests.helpers import DATA, cli_in_process, one_line_exit_2
 from tests.test_gate import decode_cells, write_set
 
 pytestmark = pytest.mark.fault
 
 SET_ID = "20261201-000000-gatetest-aaaaaa"
 GATE = ("--baseline-variant", "arm=a", "--metric", "decode_tps")
-
-
-def one_line_exit_2(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    return lines[0]
 
 
 def a_set(results: Path, set_id: str = SET_ID, cells: dict | None = None, **kwargs: object) -> Path:

@@ -7,24 +7,16 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from runner import util
-from tests.helpers import cli_in_process, private_base, run_campaign
+from tests.helpers import cli_in_process, one_line_exit_2, private_base, run_campaign
 
 pytestmark = pytest.mark.fault
 
 PRECIOUS = b"precious, not the harness's"
-
-
-def one_line_exit_2(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    return lines[0]
 
 
 def victim(tmp_path: Path) -> Path:

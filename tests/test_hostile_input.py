@@ -13,16 +13,9 @@ import pytest
 
 from harness.config.yamlsrc import MAX_YAML_DEPTH
 from runner import util
-from tests.helpers import REPO, cli_in_process, private_base, run_campaign
+from tests.helpers import REPO, cli_in_process, one_line_exit_2, private_base, run_campaign
 
 pytestmark = pytest.mark.fault
-
-
-def one_line_exit_2(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    return lines[0]
 
 
 # ------------------------------------------------------------------------------------------ file names

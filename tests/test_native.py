@@ -43,13 +43,6 @@ SLICE_RE = re.compile(r" slice_us=(\d+)(?= clock=monotonic$)")
 # ----------------------------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="session")
-def native() -> Path:
-    r = subprocess.run(["make", "-C", str(NATIVE)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return NATIVE / "bin"
-
-
 def _block_device_of(path: Path) -> str | None:
     """Whole-disk block device name (e.g. 'vda', 'nvme0n1') holding ``path``, or None (tmpfs, overlay, ...)."""
     st = os.stat(path)

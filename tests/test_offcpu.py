@@ -29,7 +29,7 @@ from harness.parsers.offcpu import offcpu_notes
 from harness.parsers.sampler import process_records
 from runner.collectors import offcpu
 from runner.collectors.run import Collectors
-from tests.helpers import build_native_tools, cli_in_process, workload_files
+from tests.helpers import a_bad_field_is_one_line, collect_step, subshell_workload, workload_files
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "offcpu"
@@ -44,11 +44,6 @@ TRUTH_OF = {"fault": ("fault_ns", "fault_io"), "pread": ("pread_ns", "read_io"),
 
 bpftrace = pytest.mark.skipif(offcpu.unavailable_reason() is not None,
                               reason=f"offcpu cannot run here: {offcpu.unavailable_reason()}")
-
-
-@pytest.fixture(scope="module")
-def native() -> Path:
-    return build_native_tools()
 
 
 @pytest.fixture(scope="module")
@@ -97,17 +92,11 @@ def run_workload(native: Path, run_dir: Path, args: list[str]) -> list[tuple[dic
     """The workload under offcpu (every 100 ms) and counters (every 20 ms), as a run's step would be. Per thread:
     (its truth as fractions of its phase, offcpu's shares over the snapshots inside the phase, the counters' shares
     over the same span)."""
-    collectors = Collectors([{"kind": "offcpu", "period_ms": 100, "optional": False},
-                             {"kind": "counters", "period_ms": 20}], str(native), str(run_dir), None)
-    collectors.start_global()  # returns once bpftrace's probes are attached
     ticks = machine_ticks()
-    try:
-        proc = subprocess.Popen([str(native / "workload"), *args, "--out", str(run_dir / "truth.json")])
-        collectors.on_spawn(proc.pid)
-        assert proc.wait(timeout=120) == 0
-    finally:
-        errors = collectors.stop_all()
-    assert errors == []
+    _, status, _ = collect_step(native, run_dir, [{"kind": "offcpu", "period_ms": 100, "optional": False},
+                                                  {"kind": "counters", "period_ms": 20}],
+                                [str(native / "workload"), *args, "--out", str(run_dir / "truth.json")], timeout=120)
+    assert status == 0
     # shown on a failure: the events bpftrace missed, and the hypervisor's steal (a thread's CPU clock leaves out
     # the time stolen from it, which offcpu counts as on CPU: a loaded host alone can push the two 5 points apart)
     spent = [after - before for after, before in zip(machine_ticks(), ticks, strict=False)]
@@ -190,25 +179,17 @@ def test_offcpu_matches_the_truth_of_blocking_threads(native: Path, cold_files: 
 def test_offcpu_follows_the_steps_descendants(native: Path, tmp_path: Path) -> None:
     """A shell whose subshell forks the workload (a grandchild of the step): bpftrace's fork probe follows the tree,
     so the grandchild's sleeping threads are written with their own pid, and the tree in '# proc' lines."""
-    collectors = Collectors([{"kind": "offcpu", "period_ms": 100, "optional": False}], str(native), str(tmp_path),
-                            None)
-    collectors.start_global()
-    try:
-        proc = subprocess.Popen(["sh", "-c", f'( "{native / "workload"}" --seconds 1 --sleep 1 --hold-ms 0 --out '
-                                 f'"{tmp_path / "truth.json"}"; true ); true'])
-        collectors.on_spawn(proc.pid)
-        assert proc.wait(timeout=120) == 0
-    finally:
-        errors = collectors.stop_all()
-    assert errors == []
+    step, status, _ = collect_step(native, tmp_path, [{"kind": "offcpu", "period_ms": 100, "optional": False}],
+                                   subshell_workload(native, tmp_path / "truth.json", 1), timeout=120)
+    assert status == 0
     (sleeper,) = [t for t in json.loads((tmp_path / "truth.json").read_text())["threads"] if t["role"] == "sleep"]
     rows = parse("offcpu", (tmp_path / "offcpu.txt").read_bytes())
     mine = [r for r in rows if r["tid"] == sleeper["tid"]]
     assert mine and {r["class"] for r in mine} >= {"idle"}, mine
     grandchild = mine[0]["pid"]
-    assert grandchild not in (proc.pid, sleeper["tid"])  # its own process, not the step's
+    assert grandchild not in (step, sleeper["tid"])  # its own process, not the step's
     tree = {row["pid"]: row for row in process_records((tmp_path / "offcpu.txt").read_bytes())}
-    assert tree[tree[grandchild]["ppid"]]["ppid"] == proc.pid  # through the subshell
+    assert tree[tree[grandchild]["ppid"]]["ppid"] == step  # through the subshell
     assert tree[grandchild]["comm"] == "workload"
 
 
@@ -287,16 +268,7 @@ def test_offcpu_ingest_adds_the_stop_notes() -> None:
 
 
 def test_malformed_offcpu_line_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
-    lines = (DATA / "offcpu.txt").read_text().splitlines()
-    lines[2] = lines[2].replace("\t", "\tx", 1)
-    bad = tmp_path / "offcpu.txt"
-    bad.write_text("\n".join(lines) + "\n")
-    with pytest.raises(ParseError, match="line 3: t_ns is not an integer"):
-        parse("offcpu", bad.read_bytes())
-    result = cli_in_process("parse", "offcpu", str(bad))
-    assert result.returncode == 2
-    message = result.stderr.strip()
-    assert len(message.splitlines()) == 1 and str(bad) in message and "line 3" in message, message
+    a_bad_field_is_one_line("offcpu", DATA / "offcpu.txt", tmp_path, 3, "t_ns is not an integer")
 
 
 def test_what_bpftrace_missed_is_recorded_and_said_in_one_line(tmp_path: Path,

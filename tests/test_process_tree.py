@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,32 +20,15 @@ import pytest
 from harness.analysis.waits import sampled_shares, wait_shares
 from harness.parsers import parse
 from harness.parsers.sampler import process_records
-from runner.collectors.run import Collectors
-from tests.helpers import build_native_tools
+from tests.helpers import collect_step, subshell_workload
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
 SPECS = [{"kind": "counters", "period_ms": 50}, {"kind": "threads", "period_ms": 5}]
 
 
-@pytest.fixture(scope="module")
-def native() -> Path:
-    return build_native_tools()
-
-
 def collect(native: Path, run_dir: Path, argv: list[str], timeout: float = 60) -> tuple[int, int, int]:
-    """``argv`` as a step under the counters reader and the thread sampler, as the runner starts them: (its pid, its
-    exit status, CLOCK_MONOTONIC ns when it was started)."""
-    collectors = Collectors(SPECS, str(native), str(run_dir), None)
-    collectors.start_global()
-    try:
-        started = time.monotonic_ns()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        collectors.on_spawn(proc.pid)
-        status = proc.wait(timeout=timeout)
-    finally:
-        errors = collectors.stop_all()
-    assert errors == []
-    return proc.pid, status, started
+    """``argv`` as a step under the counters reader and the thread sampler (``collect_step``)."""
+    return collect_step(native, run_dir, SPECS, argv, timeout)
 
 
 def trees(run_dir: Path) -> tuple[dict[int, dict], dict[int, dict]]:
@@ -214,22 +196,14 @@ def test_ingest_fills_the_processes_table_and_the_pid_columns(tmp_path: Path) ->
 
 def test_the_python_counters_reader_follows_the_tree_too(native: Path, tmp_path: Path) -> None:
     """``reader: python`` (where the native reader is not built): the same tree, the same lines."""
-    collectors = Collectors([{"kind": "counters", "period_ms": 50, "reader": "python"}], str(native), str(tmp_path),
-                            None)
-    collectors.start_global()
-    try:
-        step = subprocess.Popen(["sh", "-c", f'( "{native / "workload"}" --seconds 0.6 --sleep 1 --hold-ms 0 --out '
-                                 f'"{tmp_path / "truth.json"}"; true ); true'])
-        collectors.on_spawn(step.pid)
-        assert step.wait(timeout=60) == 0
-    finally:
-        errors = collectors.stop_all()
-    assert errors == []
+    step, status, _ = collect_step(native, tmp_path, [{"kind": "counters", "period_ms": 50, "reader": "python"}],
+                                   subshell_workload(native, tmp_path / "truth.json", 0.6))
+    assert status == 0
     data = (tmp_path / "counters.txt").read_bytes()
     assert b" reader=python tree=ppid" in data.splitlines()[0]
     tree = {row["pid"]: row for row in process_records(data)}
     (grandchild,) = [p for p, row in tree.items() if row["comm"] == "workload"]
-    assert tree[tree[grandchild]["ppid"]]["ppid"] == step.pid and tree[grandchild]["gone"] is True
+    assert tree[tree[grandchild]["ppid"]]["ppid"] == step and tree[grandchild]["gone"] is True
     names = {r["comm"] for r in parse("counters", data) if r["kind"] == "thread" and r["pid"] == grandchild}
     assert "wl-sleep0" in names, names
 

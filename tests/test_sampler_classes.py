@@ -33,7 +33,7 @@ from harness.collectors.sampler_tables import THREAD_SCHEMA, sampler_threads_tab
 from harness.parsers import ParseError, parse
 from harness.parsers.sampler import CLASSES, any_d_pct, parse_sampler_threads, thread_state_fractions
 from runner.collectors.sampler import Sampler
-from tests.helpers import build_native_tools, wait_for, workload_files
+from tests.helpers import wait_for, workload_files
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "sampler"
@@ -133,11 +133,6 @@ def test_dash_state_and_empty_counters_are_v2_only():
 
 
 # --------------------------------------------------------------------------------------------- the sampler (slow)
-
-
-@pytest.fixture(scope="module")
-def native() -> Path:
-    return build_native_tools()
 
 
 @pytest.fixture(scope="module")

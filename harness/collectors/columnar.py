@@ -14,7 +14,7 @@ whole, and may be read more than once.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
 from typing import Any, BinaryIO
 
@@ -132,10 +132,10 @@ def constant(value: Any, type_: pa.DataType, length: int) -> pa.Array:
     return pa.repeat(pa.scalar(value, type_), length)
 
 
-def table_from_records(records: Iterable[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+def table_from_records(records: Iterable[Mapping[str, object]], schema: pa.Schema) -> pa.Table:
     """The per-line parser's rows as a table of ``schema``, converted a chunk at a time (a key a row lacks is
     null): the rows of a large capture are never all held as dicts."""
-    iterator: Iterator[dict[str, Any]] = iter(records)
+    iterator: Iterator[Mapping[str, object]] = iter(records)
     batches = []
     while chunk := list(islice(iterator, ROWS_PER_CHUNK)):
         batches.append(pa.RecordBatch.from_pylist(chunk, schema=schema))

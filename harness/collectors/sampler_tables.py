@@ -15,6 +15,7 @@ collectors' ingest when it runs, so pyarrow loads with the first ingest, not wit
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -213,7 +214,8 @@ def _ratio(numerator: pa.Array, denominator: Any, scale: float = 1.0) -> pa.Arra
 def _with_intervals_by_rows(table: pa.Table) -> pa.Table:
     rows = table.to_pylist()
     for row, interval in zip(rows[1:], derive_intervals(rows), strict=True):
-        row.update((name, interval[name]) for name in INTERVAL_COLUMNS)
+        values: Mapping[str, object] = interval  # its columns by name
+        row.update((name, values[name]) for name in INTERVAL_COLUMNS)
     schema = table.schema
     for name in INTERVAL_COLUMNS:
         schema = schema.append(pa.field(name, pa.float64()))

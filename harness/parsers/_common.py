@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from typing import BinaryIO, TypeVar
 
 from .base import ParseError
+
+F = TypeVar("F")  # what a capture's header says (headed_rows)
+R = TypeVar("R")  # one of its rows
+
+# what json.loads gives: a tool's JSON output read as it is, narrowed with isinstance where a parser relies on a shape
+Json = str | int | float | bool | None | list["Json"] | dict[str, "Json"]
+JsonObject = dict[str, Json]
+
+
+def number_of(value: Json) -> int | float | None:
+    """A JSON value where it is a number (a bool too, as arithmetic takes it), else None: what a parser computes
+    with, so a value of another type is left out instead of breaking the arithmetic."""
+    return value if isinstance(value, int | float) else None
 
 
 def text_of(data: bytes | str) -> str:
@@ -41,16 +54,15 @@ def versioned_header(line: str, number: int, tool: str, version: str) -> dict[st
     return header_fields(line)
 
 
-def headed_rows(data: bytes, tool: str, version: str,
-                facts_of: Callable[[str, int], dict[str, Any]],
-                row_of: Callable[[list[str], int, dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+def headed_rows(data: bytes, tool: str, version: str, facts_of: Callable[[str, int], F],
+                row_of: Callable[[list[str], int, F], R]) -> list[R]:
     """The rows of a harness tool's capture: a ``# harness-TOOL VERSION ...`` header first (``facts_of(line,
     number)`` reads it), then one TAB-separated line per row (``row_of(fields, number, facts)``); other ``#``
     lines are metadata and blank lines are skipped. ParseError for a capture that is empty or does not start with
     the header."""
     header = f"# harness-{tool}"
-    rows: list[dict[str, Any]] = []
-    facts: dict[str, Any] | None = None
+    rows: list[R] = []
+    facts: F | None = None
     for number, raw in enumerate(iter_lines(data), start=1):
         if not raw.strip():
             continue

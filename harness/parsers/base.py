@@ -7,13 +7,17 @@ module, their own helpers (``_common``) and the generic registry (``harness.regi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from harness.registry import Registry
 
+# What ``parse(kind, ...)`` gives: the kind is a string known at run time, so its rows are plain dicts (table rows
+# that steps and collectors extend with their own columns). A parser module types its own rows (a TypedDict or a
+# typed value per parser), which its direct callers see.
 Rows = list[dict[str, Any]]
-Parser = Callable[[bytes], Rows]
+# any parser's rows: each a mapping of column names to values (a TypedDict is one, and so is a plain dict)
+Parser = Callable[[bytes], Sequence[Mapping[str, object]]]
 
 
 class ParseError(ValueError):
@@ -27,10 +31,14 @@ class ParseError(ValueError):
 PARSERS: Registry[Parser] = Registry("kind", unknown=ParseError)
 
 
-def register_parser(*kinds: str) -> Callable[[Parser], Parser]:
-    """Register the decorated function as the parser of ``kinds`` (``harness parse KIND FILE``)."""
+P = TypeVar("P", bound=Parser)
 
-    def register(parser: Parser) -> Parser:
+
+def register_parser(*kinds: str) -> Callable[[P], P]:
+    """Register the decorated function as the parser of ``kinds`` (``harness parse KIND FILE``); it keeps its own
+    type (its rows' TypedDict) for direct callers."""
+
+    def register(parser: P) -> P:
         for kind in kinds:
             PARSERS.add(kind, parser, parser)
         return parser
@@ -45,4 +53,6 @@ def parser_of(kind: str) -> Parser:
 
 def parse(kind: str, data: bytes) -> Rows:
     """Parse ``data`` as ``kind``; an unknown kind is a ParseError listing the known ones."""
-    return parser_of(kind)(data)
+    # every parser returns a list of dicts (its TypedDict rows are dicts at run time); the cast forgets their keys,
+    # which a caller naming the kind by string cannot know
+    return cast(Rows, parser_of(kind)(data))

@@ -15,8 +15,8 @@ the functions here stay the reference, and the reader of anything else.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, BinaryIO
+from collections.abc import Iterator, Mapping, Sequence
+from typing import BinaryIO, TypedDict
 
 from ._common import header_fields, numbered_lines
 from .base import ParseError, register_parser
@@ -33,6 +33,61 @@ FIELDS = (
 FIELD_COUNTS = (11, 15, 17)
 
 
+class BlockStatRow(TypedDict):
+    """One stat line: the kernel's counters as read (the discard and flush ones None where the kernel has fewer
+    fields), the sectors as bytes; ``t_ns`` and ``device`` under a sampler header only."""
+
+    t_ns: int | None
+    device: str | None
+    read_ios: int
+    read_merges: int
+    read_sectors: int
+    read_ticks_ms: int
+    write_ios: int
+    write_merges: int
+    write_sectors: int
+    write_ticks_ms: int
+    in_flight: int
+    io_ticks_ms: int
+    time_in_queue_ms: int
+    discard_ios: int | None
+    discard_merges: int | None
+    discard_sectors: int | None
+    discard_ticks_ms: int | None
+    flush_ios: int | None
+    flush_ticks_ms: int | None
+    read_bytes: int
+    write_bytes: int
+
+
+class BlockDelta(TypedDict):
+    """What the device did between two stat lines; None where a counter went down (reset, or wrapped at 32 bits)."""
+
+    read_bytes: int | None
+    read_ios: int | None
+    write_bytes: int | None
+    write_ios: int | None
+    io_ticks_ms: int | None
+    time_in_queue_ms: int | None
+    avg_read_io_bytes: float | None
+
+
+class BlockInterval(TypedDict):
+    """One interval between consecutive timestamped samples of a device, as rates."""
+
+    t_ns: int
+    device: str | None
+    dt_s: float
+    read_bytes: int | None
+    read_ios: int | None
+    write_bytes: int | None
+    read_bytes_per_s: float | None
+    write_bytes_per_s: float | None
+    avg_read_io_bytes: float | None
+    avg_inflight: float | None
+    util_pct: float | None
+
+
 def _integers(words: list[str], line: int) -> list[int]:
     try:
         values = [int(word) for word in words]
@@ -43,25 +98,27 @@ def _integers(words: list[str], line: int) -> list[int]:
     return values
 
 
-def _stat_row(values: list[int], line: int, t_ns: int | None, device: str | None) -> dict[str, Any]:
+def _stat_row(values: list[int], line: int, t_ns: int | None, device: str | None) -> BlockStatRow:
     if len(values) not in FIELD_COUNTS:
         raise ParseError(
             f"expected 11, 15 or 17 block stat fields, got {len(values)}"
             + (" after the timestamp" if t_ns is not None else ""), line=line)
-    row: dict[str, Any] = {"t_ns": t_ns, "device": device}
-    row.update({name: values[i] if i < len(values) else None for i, name in enumerate(FIELDS)})
-    row["read_bytes"] = row["read_sectors"] * SECTOR_BYTES
-    row["write_bytes"] = row["write_sectors"] * SECTOR_BYTES
-    return row
+    more: list[int | None] = [*values[11:], *[None] * (len(FIELDS) - len(values))]  # discard and flush fields
+    return {"t_ns": t_ns, "device": device, "read_ios": values[0], "read_merges": values[1],
+            "read_sectors": values[2], "read_ticks_ms": values[3], "write_ios": values[4], "write_merges": values[5],
+            "write_sectors": values[6], "write_ticks_ms": values[7], "in_flight": values[8], "io_ticks_ms": values[9],
+            "time_in_queue_ms": values[10], "discard_ios": more[0], "discard_merges": more[1],
+            "discard_sectors": more[2], "discard_ticks_ms": more[3], "flush_ios": more[4], "flush_ticks_ms": more[5],
+            "read_bytes": values[2] * SECTOR_BYTES, "write_bytes": values[6] * SECTOR_BYTES}
 
 
 @register_parser("blockstat")
-def parse_blockstat(data: bytes) -> list[dict[str, Any]]:
+def parse_blockstat(data: bytes) -> list[BlockStatRow]:
     """One row per stat line; ``t_ns`` and ``device`` are filled only under a sampler header."""
     return list(block_records(data))
 
 
-def block_records(data: bytes | BinaryIO) -> Iterator[dict[str, Any]]:
+def block_records(data: bytes | BinaryIO) -> Iterator[BlockStatRow]:
     """The rows of :func:`parse_blockstat`, one at a time (the lines are read lazily too)."""
     sampler: dict[str, str] | None = None
     for number, line in numbered_lines(data):
@@ -80,10 +137,15 @@ def block_records(data: bytes | BinaryIO) -> Iterator[dict[str, Any]]:
             yield _stat_row(values, number, None, None)
 
 
-def _diff(before: dict[str, Any], after: dict[str, Any], key: str) -> int | None:
+def _counter(row: Mapping[str, object], key: str) -> int | None:
+    value = row.get(key)
+    return value if isinstance(value, int) else None
+
+
+def _diff(before: Mapping[str, object], after: Mapping[str, object], key: str) -> int | None:
     """Counter increase, or None when unknown or when it went down: the counter was reset, or it
     wrapped at 32 bits on an old kernel; either way the interval's true value is lost."""
-    a, b = before.get(key), after.get(key)
+    a, b = _counter(before, key), _counter(after, key)
     if a is None or b is None or b < a:
         return None
     return b - a
@@ -95,31 +157,31 @@ def _ratio(numerator: float | None, denominator: float | None, scale: float = 1.
     return scale * numerator / denominator
 
 
-def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """What happened on the device between two snapshots (e.g. before and after one request)."""
+def delta(before: Mapping[str, object], after: Mapping[str, object]) -> BlockDelta:
+    """What happened on the device between two snapshots (e.g. before and after one request): two BlockStatRows,
+    or any mappings of their counters (one missing is unknown)."""
     read_sectors = _diff(before, after, "read_sectors")
     write_sectors = _diff(before, after, "write_sectors")
     read_ios = _diff(before, after, "read_ios")
-    out: dict[str, Any] = {
-        "read_bytes": None if read_sectors is None else read_sectors * SECTOR_BYTES,
+    read_bytes = None if read_sectors is None else read_sectors * SECTOR_BYTES
+    return {
+        "read_bytes": read_bytes,
         "read_ios": read_ios,
         "write_bytes": None if write_sectors is None else write_sectors * SECTOR_BYTES,
         "write_ios": _diff(before, after, "write_ios"),
         "io_ticks_ms": _diff(before, after, "io_ticks_ms"),
         "time_in_queue_ms": _diff(before, after, "time_in_queue_ms"),
+        "avg_read_io_bytes": _ratio(read_bytes, read_ios),
     }
-    out["avg_read_io_bytes"] = _ratio(out["read_bytes"], read_ios)
-    return out
 
 
-def _interval(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    dt_ns = after["t_ns"] - before["t_ns"]
+def _interval(before: BlockStatRow, after: BlockStatRow, t_ns: int, dt_ns: int) -> BlockInterval:
     if dt_ns <= 0:
-        raise ValueError(f"block samples are not in time order at t_ns={after['t_ns']}")
+        raise ValueError(f"block samples are not in time order at t_ns={t_ns}")
     dt_s, dt_ms = dt_ns / 1e9, dt_ns / 1e6
     d = delta(before, after)
     return {
-        "t_ns": after["t_ns"],
+        "t_ns": t_ns,
         "device": after.get("device"),
         "dt_s": dt_s,
         "read_bytes": d["read_bytes"],
@@ -137,21 +199,23 @@ def _interval(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def derive_intervals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def derive_intervals(rows: Sequence[BlockStatRow]) -> list[BlockInterval]:
     """Per-interval rates from consecutive timestamped samples (docs/methodology.md section 5), per device."""
-    previous: dict[Any, dict[str, Any]] = {}
+    previous: dict[str | None, tuple[BlockStatRow, int]] = {}
     out = []
     for row in rows:
-        if row.get("t_ns") is None:
+        t_ns = row.get("t_ns")
+        if t_ns is None:
             raise ValueError("derive_intervals needs timestamped samples (sampler output with t_ns)")
         device = row.get("device")
         if device in previous:
-            out.append(_interval(previous[device], row))
-        previous[device] = row
+            before, t_before = previous[device]
+            out.append(_interval(before, row, t_ns, t_ns - t_before))
+        previous[device] = (row, t_ns)
     return out
 
 
-def parse_snapshot(line: str | None) -> dict[str, Any] | None:
+def parse_snapshot(line: str | None) -> BlockStatRow | None:
     """One ``/sys/block/DEV/stat`` line as recorded in run.json, or None when missing or unreadable
     (a run that died before its snapshot still ingests)."""
     if not line:

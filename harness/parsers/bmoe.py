@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import cast
 
-from ._common import iter_lines, text_of
+from ._common import Json, JsonObject, iter_lines, number_of, text_of
 from .base import ParseError, register_parser
 from .bmoe_columns import REQUEST_COLUMNS, SUMMARY_COLUMNS, TOKEN_COLUMNS
-from .bmoe_summary import csv_summary, done_summary, end_of_run_fields, number, settle_summary
+from .bmoe_summary import SummaryRow, csv_summary, done_summary, end_of_run_fields, number, settle_summary
 
 __all__ = ["REQUEST_COLUMNS", "SUMMARY_COLUMNS", "TOKEN_COLUMNS", "bmoe_request_row", "parse_bmoe_csv",
            "parse_bmoe_log"]
@@ -39,13 +40,17 @@ _CSV_RENAMED = {"step": "token", "turn": "request"}
 _OTHER_PERF = ("moe-", "mtp:", "ngram:", "  layer")
 _STREAM_ONLY = ("io_ms", "compute_ms", "mgmt_ms", "stall_ms", "read_bytes")
 _SUMMARY_ONLY_OPENERS = ("moe-stream:", "moe-overlap:")
+# a token's row (TOKEN_COLUMNS) or a summary's (SUMMARY_COLUMNS, then what else the source had): numbers, and the
+# engine's JSON values as it printed them
+BmoeRow = dict[str, Json]
+Tables = dict[str, list[BmoeRow]]  # {"tokens": [...], "summary": [...]}
 
 
-def _token_row(values: dict[str, Any]) -> dict[str, Any]:
+def _token_row(values: Mapping[str, Json]) -> BmoeRow:
     return {name: values.get(name) for name in TOKEN_COLUMNS}
 
 
-def _settle_tokens(rows: list[dict[str, Any]], *, streaming: bool | None, overlap: bool | None) -> None:
+def _settle_tokens(rows: list[BmoeRow], *, streaming: bool | None, overlap: bool | None) -> None:
     """Null what the engine did not measure, in place (rules: bmoe_columns.TOKEN_COLUMNS)."""
     if streaming is None:  # nothing says: the engine streamed iff it read anything itself
         streaming = any(row["read_bytes"] or row["io_ms"] for row in rows)
@@ -56,25 +61,25 @@ def _settle_tokens(rows: list[dict[str, Any]], *, streaming: bool | None, overla
         row.update(dict.fromkeys(unmeasured))
         if not row["cpu_ms"]:  # 0 CPU time for a decode means the platform could not say (and then nor majflt)
             row["cpu_ms"] = row["majflt"] = None
-        if row["cache_hit_pct"] is not None and row["cache_hit_pct"] < 0:
+        if (hit := number_of(row["cache_hit_pct"])) is not None and hit < 0:
             row["cache_hit_pct"] = None
-        if row["dense_resident_frac"] is not None and row["dense_resident_frac"] < 0:
+        if (resident := number_of(row["dense_resident_frac"])) is not None and resident < 0:
             row["dense_resident_frac"] = None
         if not row["rss_mib"]:  # a process is never 0 MiB resident: the platform did not say
             row["rss_mib"] = None
         if not row["cache_budget_mib"]:  # no cache
             row["cache_budget_mib"] = None
-        overhead = row["loop_overhead_ms"]
-        row["gap_ms"] = (overhead + row["wall_ms"] if overhead is not None and row["wall_ms"] is not None
-                         and (row["token"] or 0) > 1 else None)
+        overhead, wall = number_of(row["loop_overhead_ms"]), number_of(row["wall_ms"])
+        row["gap_ms"] = (overhead + wall if overhead is not None and wall is not None
+                         and (number_of(row["token"]) or 0) > 1 else None)
 
 
-def _ordered(summary: dict[str, Any]) -> dict[str, Any]:
+def _ordered(summary: SummaryRow) -> BmoeRow:
     """Every SUMMARY_COLUMNS name, in its order (None where the source lacks it), then what else the source had."""
     return {**{name: summary.get(name) for name in SUMMARY_COLUMNS}, **summary}
 
 
-def _json_object(line: str, prefix: str, number_: int) -> dict[str, Any]:
+def _json_object(line: str, prefix: str, number_: int) -> JsonObject:
     try:
         value = json.loads(line[len(prefix):])
     except json.JSONDecodeError as exc:
@@ -85,17 +90,20 @@ def _json_object(line: str, prefix: str, number_: int) -> dict[str, Any]:
     return value
 
 
-def _progress_row(progress: dict[str, Any], request: int, number_: int) -> dict[str, Any]:
+def _progress_row(progress: JsonObject, request: Json, number_: int) -> BmoeRow:
     get = progress.get
     try:
-        read_mb = get("read_mb")
-        row = {"request": request, "token": int(progress["step"]), "steps": get("steps"), "t_ns": None,
-               "gap_ms": None, "wall_ms": float(progress["wall_ms"]), "io_ms": get("io_ms"),
-               "compute_ms": get("compute_ms"), "mgmt_ms": get("mgmt_ms"), "stall_ms": get("stall_ms"),
-               "read_bytes": None if read_mb is None else round(float(read_mb) * MIB),
-               "cache_hit_pct": get("cache_hit_pct"), "majflt": get("majflt"), "cpu_ms": get("cpu_ms"),
-               "dense_resident_frac": get("dense_resident_frac"), "loop_overhead_ms": None, "mtp_batch": None,
-               "rss_mib": None, "cache_budget_mib": None}
+        # int() and float() raise TypeError or ValueError for what they cannot read (caught below): the casts are
+        # for the checker only
+        read_mb = cast("str | float | None", get("read_mb"))
+        row: BmoeRow = {
+            "request": request, "token": int(cast(str, progress["step"])), "steps": get("steps"), "t_ns": None,
+            "gap_ms": None, "wall_ms": float(cast(str, progress["wall_ms"])), "io_ms": get("io_ms"),
+            "compute_ms": get("compute_ms"), "mgmt_ms": get("mgmt_ms"), "stall_ms": get("stall_ms"),
+            "read_bytes": None if read_mb is None else round(float(read_mb) * MIB),
+            "cache_hit_pct": get("cache_hit_pct"), "majflt": get("majflt"), "cpu_ms": get("cpu_ms"),
+            "dense_resident_frac": get("dense_resident_frac"), "loop_overhead_ms": None, "mtp_batch": None,
+            "rss_mib": None, "cache_budget_mib": None}
     except KeyError as exc:
         raise ParseError(f"BMOE_PROGRESS: no {exc}", line=number_) from None
     except (TypeError, ValueError) as exc:
@@ -123,13 +131,14 @@ class _LogReader:
         # summary_only: the log holds no generation: line, only what a script grepped out of a run (its moe-stream:
         # / moe-overlap: lines); each such line not inside a block then opens one
         self.summary_only = summary_only
-        self.tokens: list[dict[str, Any]] = []
-        self.summaries: list[dict[str, Any]] = []
-        self.session_id: int | None = None
+        self.tokens: list[BmoeRow] = []
+        self.summaries: list[SummaryRow] = []
+        self.seen: list[set[str]] = []  # per summary: the end-of-run prefixes that filled it
+        self.session_id: Json = None
         self.in_answer = False
         self.in_perf = False
 
-    def request(self) -> int:
+    def request(self) -> Json:
         return self.session_id if self.session_id is not None else len(self.summaries)
 
     def line(self, line: str, number_: int) -> None:
@@ -164,10 +173,11 @@ class _LogReader:
             fields["s_per_token"] = decode
         # summary-only: every moe-stream: line is a run of its own (a run prints one)
         if prefix == "generation:" or not self.in_perf or (self.summary_only and prefix == "moe-stream:"):
-            self.summaries.append({"request": self.request(), "source": "log", "_seen": set()})
+            self.summaries.append({"request": self.request(), "source": "log"})
+            self.seen.append(set())
             self.in_perf = True
         self.summaries[-1].update(fields)
-        self.summaries[-1]["_seen"].add(prefix)
+        self.seen[-1].add(prefix)
 
     def protocol(self, line: str, number_: int) -> None:
         kind = line.split(" ", 1)[0]
@@ -176,9 +186,11 @@ class _LogReader:
         elif kind == "BMOE_DONE":
             done = _json_object(line, "BMOE_DONE ", number_)
             text = done.get("text")
-            row = {"request": self.request(), "source": "done", **done_summary(done), "_seen": set(),
-                   "output_sha256": hashlib.sha256(text.encode()).hexdigest() if isinstance(text, str) else None}
+            row: SummaryRow = {
+                "request": self.request(), "source": "done", **done_summary(done),
+                "output_sha256": hashlib.sha256(text.encode()).hexdigest() if isinstance(text, str) else None}
             self.summaries.append(row)
+            self.seen.append(set())
         elif kind == "BMOE_ERROR":
             error = _json_object(line, "BMOE_ERROR ", number_)
             if error.get("fatal"):
@@ -198,7 +210,7 @@ def _read_log(text: str, *, summary_only: bool) -> _LogReader:
     return reader
 
 
-def parse_bmoe_log(data: bytes) -> dict[str, list[dict[str, Any]]]:
+def parse_bmoe_log(data: bytes) -> Tables:
     """bmoe-cli's stdout (and/or stderr) -> {"tokens": one row per BMOE_PROGRESS, "summary": one row per
     generation (end-of-run lines or BMOE_DONE)}. A log without any of those is read again as a summary-only log
     (the moe-stream: / moe-overlap: lines a script grepped out of runs: a row per block they open, None for what
@@ -212,8 +224,7 @@ def parse_bmoe_log(data: bytes) -> dict[str, list[dict[str, Any]]]:
                          "or 'moe-overlap:' line)")
     hashes = _answer_sha256(data if isinstance(data, bytes) else data.encode())
     summaries = []
-    for index, row in enumerate(reader.summaries):
-        seen = row.pop("_seen")
+    for index, (row, seen) in enumerate(zip(reader.summaries, reader.seen, strict=True)):
         if row["source"] == "log":
             row["output_sha256"] = hashes[index] if len(hashes) == len(reader.summaries) else None
         streaming = ("moe-stream:" in seen) if row["source"] == "log" else None
@@ -223,12 +234,18 @@ def parse_bmoe_log(data: bytes) -> dict[str, list[dict[str, Any]]]:
     for request in dict.fromkeys(row["request"] for row in reader.tokens):
         mine = [row for row in reader.tokens if row["request"] == request]
         summary = next((s for s in summaries if s["request"] == request), None)
-        _settle_tokens(mine, streaming=summary["streaming"] if summary and summary["source"] == "log" else None,
-                       overlap=summary["overlap"] if summary and summary["source"] == "log" else None)
+        from_log = summary is not None and summary["source"] == "log"
+        _settle_tokens(mine, streaming=_flag(summary["streaming"]) if summary and from_log else None,
+                       overlap=_flag(summary["overlap"]) if summary and from_log else None)
     return {"tokens": reader.tokens, "summary": summaries}
 
 
-def _preamble(line: str, number_: int, config: dict[str, Any]) -> None:
+def _flag(value: Json) -> bool | None:
+    """settle_summary's streaming / overlap (a bool, or None when the output does not say)."""
+    return value if value is None or isinstance(value, bool) else bool(value)
+
+
+def _preamble(line: str, number_: int, config: dict[str, Json]) -> None:
     words = line.lstrip("#").split()
     if words and words[0] == "bmoe_metrics":
         version = words[1] if len(words) > 1 else "(none)"
@@ -245,11 +262,11 @@ def _preamble(line: str, number_: int, config: dict[str, Any]) -> None:
                 config[key] = text
 
 
-def _csv_token(line: str, number_: int, header: list[str], turn: int) -> dict[str, Any]:
+def _csv_token(line: str, number_: int, header: list[str], turn: int) -> BmoeRow:
     fields = line.split(",")
     if len(fields) != len(header):
         raise ParseError(f"expected {len(header)} comma-separated fields (header), got {len(fields)}", line=number_)
-    values: dict[str, Any] = {"request": turn}
+    values: dict[str, Json] = {"request": turn}
     try:
         for name, text in zip(header, fields, strict=True):
             values[_CSV_RENAMED.get(name, name)] = number(text)
@@ -258,31 +275,31 @@ def _csv_token(line: str, number_: int, header: list[str], turn: int) -> dict[st
     return _token_row(values)
 
 
-def _rates_from_rows(summary: dict[str, Any], tokens: list[dict[str, Any]]) -> None:
+def _rates_from_rows(summary: SummaryRow, tokens: list[BmoeRow]) -> None:
     """MiB per token and per second of flash read time from the rows' exact sums: the ``# summary`` line rounds
     ``io_s`` to 10 ms, which on a short run moves MiB/s by several percent (the log's MiB/s uses the exact time)."""
-    read = [row["read_bytes"] for row in tokens]
-    io = [row["io_ms"] for row in tokens]
-    if not tokens or None in read or None in io:
+    read = [value for row in tokens if (value := number_of(row["read_bytes"])) is not None]
+    io = [value for row in tokens if (value := number_of(row["io_ms"])) is not None]
+    if not tokens or len(read) < len(tokens) or len(io) < len(tokens):  # a token without them
         return
     summary["read_mib_per_token"] = sum(read) / MIB / len(tokens)
     if sum(io) > 0:
         summary["read_mib_per_s"] = sum(read) / MIB / (sum(io) / 1000)
 
 
-def parse_bmoe_csv(data: bytes) -> dict[str, list[dict[str, Any]]]:
+def parse_bmoe_csv(data: bytes) -> Tables:
     """bmoe-cli's ``--csv`` file -> {"tokens": one row per CSV row, "summary": one row per ``# summary`` line, with
     the preamble's settings as ``cfg_<key>`` columns}."""
-    config: dict[str, Any] = {}
+    config: dict[str, Json] = {}
     header: list[str] | None = None
-    tokens: list[dict[str, Any]] = []
-    summaries: list[dict[str, Any]] = []
+    tokens: list[BmoeRow] = []
+    summaries: list[SummaryRow] = []
     for number_, raw in enumerate(iter_lines(data), start=1):
         line = raw.strip()
         if not line:
             continue
         if line.startswith("# summary"):
-            turn = tokens[-1]["request"] if tokens else len(summaries)
+            turn: Json = tokens[-1]["request"] if tokens else len(summaries)
             summaries.append({"request": turn, "source": "csv", **csv_summary(line, number_)})
         elif line.startswith("#"):
             _preamble(line, number_, config)
@@ -302,25 +319,25 @@ def parse_bmoe_csv(data: bytes) -> dict[str, list[dict[str, Any]]]:
     cfg = {f"cfg_{key}": value for key, value in config.items()}
     for row in summaries:
         _rates_from_rows(row, [token for token in tokens if token["request"] == row["request"]])
-    summaries = [_ordered({**settle_summary(row, streaming=streaming, overlap=overlap, prefetch=prefetch), **cfg})
-                 for row in summaries]
-    return {"tokens": tokens, "summary": summaries}
+    ordered = [_ordered({**settle_summary(row, streaming=streaming, overlap=overlap, prefetch=prefetch), **cfg})
+               for row in summaries]
+    return {"tokens": tokens, "summary": ordered}
 
 
-def bmoe_request_row(summary: dict[str, Any]) -> dict[str, Any]:
+def bmoe_request_row(summary: Mapping[str, Json]) -> BmoeRow:
     """One ``requests`` row from a summary row: llama-server's column names where they mean the same (so compare,
     gate and the figures read it as they read llama-server's), the engine's own numbers beside as ``engine_*``
     (REQUEST_COLUMNS). The device windows (``decode_dev_*``, from block stats) are the step's to add."""
     get = summary.get
-    tokens, s_per_token = get("tokens"), get("s_per_token")
-    mib_per_token, prefill_s = get("read_mib_per_token"), get("prefill_s")
+    tokens, s_per_token = number_of(get("tokens")), number_of(get("s_per_token"))
+    mib_per_token, prefill_s = number_of(get("read_mib_per_token")), number_of(get("prefill_s"))
     return {
         "request": get("request"), "decode_tps": get("tok_s"), "prefill_tps": get("prefill_tps"),
         "prompt_n": get("n_prompt"), "prompt_ms": None if prefill_s is None else prefill_s * 1000,
-        "predicted_n": tokens,
+        "predicted_n": get("tokens"),
         "predicted_ms": s_per_token * tokens * 1000 if s_per_token is not None and tokens is not None else None,
         "predicted_per_token_ms": None if s_per_token is None else s_per_token * 1000,
-        "decode_tokens": tokens or None, "decode_s_per_token": s_per_token,
+        "decode_tokens": get("tokens") or None, "decode_s_per_token": get("s_per_token"),
         "engine_read_bytes_per_token": None if mib_per_token is None else mib_per_token * MIB,
         "engine_read_mib_per_s": get("read_mib_per_s"), "engine_cache_hit_pct": get("cache_hit_pct"),
         "engine_cache_resident_mib": get("cache_resident_mib"), "engine_load_s": get("load_s"),
@@ -340,7 +357,7 @@ def is_bmoe_csv(data: bytes) -> bool:
 
 
 @register_parser("bmoe")
-def parse_bmoe(data: bytes) -> list[dict[str, Any]]:
+def parse_bmoe(data: bytes) -> list[BmoeRow]:
     """``harness parse bmoe FILE``: a log or the CSV (told apart by content), as rows tagged ``table`` = summary or
     tokens, the summary first."""
     tables = parse_bmoe_csv(data) if is_bmoe_csv(data) else parse_bmoe_log(data)

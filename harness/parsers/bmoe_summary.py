@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
+from ._common import Json, JsonObject, number_of
 from .base import ParseError
+
+Number = int | float | None  # what number() reads: None for nan/inf
+# a summary row: numbers under our names, the engine's JSON values (BMOE_DONE), the source and flags
+SummaryRow = dict[str, Json]
 
 _N = r"[-+]?(?:\d+(?:\.\d*)?|nan|inf)"  # printf %f, which prints nan/inf too
 _I = r"\d+"
@@ -63,7 +67,7 @@ def summary_key(key: str) -> str:
     return RENAMED.get(key) or key.lower().replace("/tok", "_per_token").replace("/", "_per_")
 
 
-def end_of_run_fields(line: str, number_: int) -> tuple[str, dict[str, Any]] | None:
+def end_of_run_fields(line: str, number_: int) -> tuple[str, dict[str, Number]] | None:
     """(prefix, fields) of an end-of-run line; None for any other line; ParseError for a known prefix that matches
     none of its formats (a truncated or foreign line is named, never half-read)."""
     prefix = line.split(" ", 1)[0]
@@ -77,9 +81,9 @@ def end_of_run_fields(line: str, number_: int) -> tuple[str, dict[str, Any]] | N
     raise ParseError(f"malformed {prefix!r} line: {line[:120]!r}", line=number_)
 
 
-def csv_summary(line: str, number_: int) -> dict[str, Any]:
+def csv_summary(line: str, number_: int) -> dict[str, Number]:
     """``# summary tokens=256 s/tok=0.585 ...`` -> fields under our names."""
-    row: dict[str, Any] = {}
+    row: dict[str, Number] = {}
     for word in line.lstrip("#").split()[1:]:
         key, sep, text = word.partition("=")
         try:
@@ -91,40 +95,49 @@ def csv_summary(line: str, number_: int) -> dict[str, Any]:
     return row
 
 
-def done_summary(done: dict[str, Any]) -> dict[str, Any]:
+def done_summary(done: JsonObject) -> SummaryRow:
     """``BMOE_DONE {json}`` (session mode) -> fields under our names, the text hashed by the caller."""
-    row = {summary_key(k): v for k, v in done.items() if k not in ("id", "reasoning", "text")}
-    tokens, tok_s = row.get("tokens"), row.get("tok_s")
+    row: SummaryRow = {summary_key(k): v for k, v in done.items() if k not in ("id", "reasoning", "text")}
+    tokens, tok_s = number_of(row.get("tokens")), number_of(row.get("tok_s"))
     row["s_per_token"] = 1 / tok_s if tok_s else None
-    if tokens and row.get("read_mib") is not None:
-        row["read_mib_per_token"] = row["read_mib"] / tokens
-    if tokens and row.get("io_s_per_token") is not None:  # the total the log's MiB/s divides by
-        row["io_s"] = row["io_s_per_token"] * tokens
+    if tokens and (read_mib := number_of(row.get("read_mib"))) is not None:
+        row["read_mib_per_token"] = read_mib / tokens
+    if tokens and (io_s_per_token := number_of(row.get("io_s_per_token"))) is not None:
+        row["io_s"] = io_s_per_token * tokens  # the total the log's MiB/s divides by
     return row
 
 
-def settle_summary(row: dict[str, Any], *, streaming: bool | None, overlap: bool | None,
-                   prefetch: bool | None) -> dict[str, Any]:
+def settle_summary(row: SummaryRow, *, streaming: bool | None, overlap: bool | None,
+                   prefetch: bool | None) -> SummaryRow:
     """Derive what the source leaves out and null what the engine did not measure (see SUMMARY_COLUMNS)."""
     get = row.get
-    if get("read_mib_per_token") is None and get("read_mib") is not None and get("tokens"):
-        row["read_mib_per_token"] = row["read_mib"] / row["tokens"]
-    if get("read_mib_per_s") is None and get("read_mib") is not None and get("io_s"):
-        row["read_mib_per_s"] = row["read_mib"] / row["io_s"]
-    if get("ttft_s") is None and get("load_s") is not None and get("prefill_s") is not None:
-        row["ttft_s"] = row["load_s"] + row["prefill_s"]
+
+    def num(key: str) -> int | float | None:
+        return number_of(get(key))
+
+    read_mib, tokens, io_s = num("read_mib"), num("tokens"), num("io_s")
+    if get("read_mib_per_token") is None and read_mib is not None and tokens:
+        row["read_mib_per_token"] = read_mib / tokens
+    if get("read_mib_per_s") is None and read_mib is not None and io_s:
+        row["read_mib_per_s"] = read_mib / io_s
+    load_s, prefill_s = num("load_s"), num("prefill_s")
+    if get("ttft_s") is None and load_s is not None and prefill_s is not None:
+        row["ttft_s"] = load_s + prefill_s
     if streaming is None:  # no config in the output: the engine read nothing itself, so it did not stream
         streaming = bool(get("read_mib") or get("io_s") or get("io_s_per_token"))
-    if overlap is None and streaming and get("stall_s_per_token") is not None:
-        overlap = get("stall_s_per_token", 0) > 0  # under --overlap the stall has a floor above 0 (telemetry.md)
+    stall = num("stall_s_per_token")
+    if overlap is None and streaming and stall is not None:
+        overlap = stall > 0  # under --overlap the stall has a floor above 0 (telemetry.md)
     nulls = [*(_STREAM_ONLY if not streaming else ()), *(() if overlap else ("stall_s_per_token",))]
-    if get("cache_hit_pct") is None or get("cache_hit_pct", 0) < 0:
+    hit = num("cache_hit_pct")
+    if hit is None or hit < 0:
         nulls += _CACHE_ONLY
     if not get("cpu_s_per_token"):
         nulls += ("cpu_s_per_token", "majflt_per_token", "cpu_occupancy_pct")
     if not (prefetch or get("spec_experts")):
         nulls += _SPEC
-    if get("spec_recall_pct") is not None and get("spec_recall_pct", 0) < 0:
+    recall = num("spec_recall_pct")
+    if recall is not None and recall < 0:
         nulls.append("spec_recall_pct")
     if not get("prefill_s"):
         nulls.append("prefill_tps")

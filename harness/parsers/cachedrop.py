@@ -7,12 +7,20 @@ macOS can only purge the whole cache, and only as root or with ``sudo -n``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
 
 NOT_CLEARED = "NOT cleared"
 
 
-def cache_drop_columns(drop: dict[str, Any] | None) -> dict[str, Any]:
+class CacheDropColumns(TypedDict, total=False):
+    """Both or neither: a purge's outcome, and why it failed (None when it cleared the cache)."""
+
+    cache_cleared: bool
+    cache_note: str | None
+
+
+def cache_drop_columns(drop: Mapping[str, object] | None) -> CacheDropColumns:
     """``cache_cleared`` and ``cache_note`` from a runner's purge record; nothing for a per-file drop."""
     if drop is None:
         return {}

@@ -14,16 +14,58 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Literal, TypedDict
 
-from harness.parsers.base import ParseError, Rows
+from harness.parsers._common import Json
+from harness.parsers.base import ParseError
+
+# a table row read from the engine's output: values typed as typed() says, columns as the rules name them
+DeclaredRow = dict[str, Json]
+Raw = Mapping[str, Json]  # one match's fields: a regex's named groups, a JSON object, a CSV row
+
+
+# The rules as harness.config.declared_engine.ExtractRule.model_dump(exclude_none=True) gives them (a parser
+# imports no configuration: the shape is repeated here, as plain data).
+class _Field(TypedDict):
+    field: str
+
+
+class ScaledColumnSpec(_Field, total=False):
+    scale: float
+
+
+class _PivotNames(TypedDict):
+    key: str
+    value: str
+    column: str
+
+
+class PivotSpec(_PivotNames, total=False):
+    scale: float
+
+
+class CsvSpec(TypedDict, total=False):
+    delimiter: str
+    comment: str
+
+
+class ExtractRuleSpec(TypedDict, total=False):
+    table: Literal["tokens", "requests"]
+    source: str
+    regex: str
+    json_prefix: str
+    csv: CsvSpec
+    columns: dict[str, str | ScaledColumnSpec]
+    pivot: PivotSpec
+    rows: Literal["each", "one"]
+    after: str
 
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
-def typed(value: Any) -> Any:
+def typed(value: Json) -> Json:
     """``"12"`` -> 12, ``"1.5"`` -> 1.5, anything else unchanged (text stays text; JSON values keep their type)."""
     if not isinstance(value, str):
         return value
@@ -35,14 +77,14 @@ def typed(value: Any) -> Any:
     return value
 
 
-def _column_value(raw: Any, spec: Any) -> tuple[Any, float]:
+def _column_value(raw: Raw, spec: str | ScaledColumnSpec) -> tuple[Json, float]:
     field, scale = (spec, 1.0) if isinstance(spec, str) else (spec["field"], spec.get("scale", 1.0))
     return raw.get(field), scale
 
 
-def _mapped(raw: dict[str, Any], rule: dict[str, Any]) -> dict[str, Any]:
+def _mapped(raw: Raw, rule: ExtractRuleSpec) -> DeclaredRow:
     """Table columns from one match's raw fields (named groups, JSON keys or CSV columns)."""
-    row: dict[str, Any] = {}
+    row: DeclaredRow = {}
     for column, spec in (rule.get("columns") or {}).items():
         value, scale = _column_value(raw, spec)
         value = typed(value)
@@ -66,7 +108,7 @@ def _lines(text: str, after: str | None) -> Iterator[tuple[int, str]]:
             started = True
 
 
-def _matches(text: str, rule: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _matches(text: str, rule: ExtractRuleSpec) -> Iterator[Raw]:
     """The raw fields of every match of one rule in one output."""
     if rule.get("csv") is not None:
         yield from _csv_rows(text, rule["csv"], rule.get("after"))
@@ -90,19 +132,19 @@ def _matches(text: str, rule: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield obj
 
 
-def _csv_rows(text: str, spec: dict[str, Any], after: str | None) -> Iterator[dict[str, Any]]:
+def _csv_rows(text: str, spec: CsvSpec, after: str | None) -> Iterator[dict[str, str]]:
     comment = spec.get("comment")
     kept = [line for _, line in _lines(text, after) if line.strip() and not (comment and line.startswith(comment))]
     yield from csv.DictReader(kept, delimiter=spec.get("delimiter", ","))
 
 
-def extract(rules: list[dict[str, Any]], outputs: dict[str, bytes],
-            decode_window: list[int] | tuple[int, int] | None = None) -> dict[str, Rows]:
+def extract(rules: list[ExtractRuleSpec], outputs: dict[str, bytes],
+            decode_window: list[int] | tuple[int, int] | None = None) -> dict[str, list[DeclaredRow]]:
     """``{"tokens": rows, "requests": rows}`` from the outputs; an output a rule names but the run lacks gives
     nothing (a crashed engine leaves part of its files)."""
-    tokens: Rows = []
-    requests: Rows = []
-    summary: dict[str, Any] = {}
+    tokens: list[DeclaredRow] = []
+    requests: list[DeclaredRow] = []
+    summary: DeclaredRow = {}
     for rule in rules:
         data = outputs.get(rule.get("source", "stdout"))
         if data is None:
@@ -129,11 +171,11 @@ def extract(rules: list[dict[str, Any]], outputs: dict[str, bytes],
     return {"tokens": tokens, "requests": requests}
 
 
-def window_columns(tokens: Rows, decode_window: list[int] | tuple[int, int]) -> dict[str, Any]:
+def window_columns(tokens: list[DeclaredRow], decode_window: list[int] | tuple[int, int]) -> DeclaredRow:
     """Decode over output tokens ``first..last`` from per-token times (``gap_ms``, the time each token took)."""
     first, last = int(decode_window[0]), int(decode_window[1])
-    row: dict[str, Any] = {"window_first_token": first, "window_last_token": last, "window_s": None,
-                           "window_tps": None}
+    row: DeclaredRow = {"window_first_token": first, "window_last_token": last, "window_s": None,
+                        "window_tps": None}
     times = {t.get("token"): t.get("gap_ms") for t in tokens}
     wanted = [times.get(index) for index in range(first, last + 1)]
     gaps = [ms for ms in wanted if isinstance(ms, (int, float))]

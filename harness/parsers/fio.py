@@ -27,14 +27,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Literal, TypedDict
 
-from ._common import text_of
+from ._common import Json, JsonObject, text_of
 from .base import ParseError, register_parser
 
 # The harness's named fio jobs, the seed article's QD ladder in ladder order: the fio step expands them into
 # job options, the output carries their names as ``job_name``, and tables and figures list jobs in this order.
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, object]] = {  # fio options: str or int values
     "randread-64k-qd1": {"rw": "randread", "bs": "64k", "iodepth": 1},
     "randread-64k-qd2": {"rw": "randread", "bs": "64k", "iodepth": 2},
     "randread-64k-qd4": {"rw": "randread", "bs": "64k", "iodepth": 4},
@@ -52,7 +52,20 @@ def ordered_jobs(names: Iterable[str]) -> list[str]:
 
 # fio's defaults for options a job file may leave out (fio 3.x on Linux).
 DEFAULT_BS_BYTES = 4096
-DEFAULTS: dict[str, Any] = {"rw": "read", "iodepth": 1, "numjobs": 1, "ioengine": "psync", "direct": 0}
+
+
+class FioDefaults(TypedDict):
+    rw: str
+    iodepth: int
+    numjobs: int
+    ioengine: str
+    direct: int
+
+
+DEFAULTS: FioDefaults = {"rw": "read", "iodepth": 1, "numjobs": 1, "ioengine": "psync", "direct": 0}
+# one job's row: its settings, results and options as fio printed them (JSON values), None where it printed none;
+# the percentile columns are named after the percentiles the job asked for
+FioRow = dict[str, Json]
 
 _SIZE = re.compile(r"^\s*(0x[0-9a-f]+|\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 _POWERS = {"k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
@@ -96,7 +109,7 @@ def _unknown_format(text: str) -> ParseError:
     return ParseError("no JSON object found (expected fio --output-format=json output)")
 
 
-def _load_json(data: bytes | str) -> tuple[dict[str, Any], list[Any]]:
+def _load_json(data: bytes | str) -> tuple[JsonObject, list[Json]]:
     """The JSON document and its list of job entries (``jobs``, or ``client_stats`` of a client/server run)."""
     text = text_of(data)
     match = re.search(r"^\s*\{", text, re.MULTILINE)
@@ -111,27 +124,27 @@ def _load_json(data: bytes | str) -> tuple[dict[str, Any], list[Any]]:
         raise ParseError(f"invalid fio JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from exc
     if isinstance(doc, dict):
         for key in ("jobs", "client_stats"):
-            if isinstance(doc.get(key), list):
-                return doc, doc[key]
+            if isinstance(entries := doc.get(key), list):
+                return doc, entries
     raise ParseError("fio JSON has no 'jobs' list (nor a client/server 'client_stats' list)",
                      line=skipped_lines + 1)
 
 
-def _int_option(options: dict[str, str], name: str, job: str) -> int:
+def _int_option(options: JsonObject, name: Literal["iodepth", "numjobs"], job: Json) -> int:
     raw = options.get(name)
     if raw is None:
-        return int(DEFAULTS[name])
+        return DEFAULTS[name]
     try:
         return int(str(raw).strip())
     except ValueError:
         raise ParseError(f"job {job!r}: option {name}={raw!r} is not an integer") from None
 
 
-def _bool_option(raw: str) -> int:
+def _bool_option(raw: Json) -> int:
     return 0 if str(raw).strip().lower() in ("0", "false", "no", "off") else 1
 
 
-def _job_settings(options: dict[str, str], job: str) -> dict[str, Any]:
+def _job_settings(options: JsonObject, job: Json) -> FioRow:
     kb_base = 1000 if str(options.get("kb_base", "1024")).strip() == "1000" else 1024
     bs_raw = options.get("bs", options.get("blocksize"))
     bs_bytes = DEFAULT_BS_BYTES
@@ -160,7 +173,7 @@ def _job_settings(options: dict[str, str], job: str) -> dict[str, Any]:
 
 
 # fio before 2.3 printed no options: nothing says what the job ran, so nothing is filled in.
-UNKNOWN_SETTINGS: dict[str, Any] = dict.fromkeys(("rw", "bs_bytes", "iodepth", "numjobs", "ioengine", "direct"))
+UNKNOWN_SETTINGS: FioRow = dict.fromkeys(("rw", "bs_bytes", "iodepth", "numjobs", "ioengine", "direct"))
 
 
 def _percentile_suffix(key: str) -> str:
@@ -168,7 +181,7 @@ def _percentile_suffix(key: str) -> str:
     return f"{float(key):g}".replace(".", "")
 
 
-def _sampled(stats: dict[str, Any] | None) -> bool:
+def _sampled(stats: JsonObject | None) -> bool:
     """Whether fio collected any sample in this latency block (slat under psync has none).
 
     fio-3.18 on says so in ``N``; before it, a block without samples is written as all zeros
@@ -181,19 +194,28 @@ def _sampled(stats: dict[str, Any] | None) -> bool:
     return any(stats.get(key) for key in ("min", "max", "mean", "stddev"))
 
 
-def _ns(value: Any, scale: int) -> Any:
+def _ns(value: Json, scale: int) -> Json:
     """A latency in ns; usec means carry fio's 6 decimals ("%f"), so 3 stay in ns (no float residue)."""
-    return value if scale == 1 else round(value * scale, 3)
+    if scale == 1:
+        return value
+    if not isinstance(value, int | float):
+        raise ParseError(f"latency {value!r} is not a number")
+    return round(value * scale, 3)
 
 
-def _percentiles(stats: dict[str, Any], scale: int) -> dict[str, Any]:
+def _object(value: Json) -> JsonObject:
+    """``value`` where it is an object; {} for a missing (or empty) one."""
+    return value if isinstance(value, dict) else {}
+
+
+def _percentiles(stats: JsonObject, scale: int) -> dict[str, Json]:
     """{'99.900000': value} in ns; drops the ``"0.00": 0`` entries fio-3.17 and older pad the list with."""
     if not _sampled(stats):
         return {}
-    return {key: _ns(value, scale) for key, value in (stats.get("percentile") or {}).items() if float(key) > 0}
+    return {key: _ns(value, scale) for key, value in _object(stats.get("percentile")).items() if float(key) > 0}
 
 
-def _bytes(prefix: str, block: dict[str, Any], key: str, kib: bool) -> Any:
+def _bytes(prefix: str, block: JsonObject, key: str, kib: bool) -> Json:
     value = block.get(key)
     if value is None or not kib:
         return value
@@ -202,26 +224,28 @@ def _bytes(prefix: str, block: dict[str, Any], key: str, kib: bool) -> Any:
     return value * 1024
 
 
-def _version(text: Any) -> tuple[int, ...] | None:
+def _version(text: Json) -> tuple[int, ...] | None:
     """'fio-3.26-19-ge7e53' -> (3, 26); 'fio-2.1.3' -> (2, 1, 3); None when it reads otherwise."""
     match = re.match(r"fio-(\d+(?:\.\d+)*)", str(text or ""))
     return tuple(int(part) for part in match.group(1).split(".")) if match else None
 
 
-def _lat_under_clat(version: tuple[int, ...] | None, options: dict[str, Any]) -> bool:
+def _lat_under_clat(version: tuple[int, ...] | None, options: JsonObject) -> bool:
     """fio-3.1 to 3.12 with lat_percentiles=1: the percentiles under ``clat_ns`` are total-latency ones."""
     return (version is not None and (3, 1) <= version < (3, 13)
             and _bool_option(options.get("lat_percentiles", "0")) == 1)
 
 
-def _direction(prefix: str, block: dict[str, Any], lat_under_clat: bool = False) -> dict[str, Any]:
+def _direction(prefix: str, block: JsonObject, lat_under_clat: bool = False) -> FioRow:
     # fio-2.21 made io_bytes bytes and kept the old KiB value as io_kbytes: no io_kbytes, io_bytes is KiB.
     kib = "io_bytes" in block and "io_kbytes" not in block
     bw_bytes = block.get("bw_bytes")
-    if bw_bytes is None and block.get("bw") is not None:
+    if bw_bytes is None and (bw := block.get("bw")) is not None:
         # Before fio-3.2 only "bw", KiB/s (fio: bytes/s // 1024, so up to 1023 B/s under the exact value).
-        bw_bytes = block["bw"] * 1024
-    row: dict[str, Any] = {
+        if not isinstance(bw, int | float):
+            raise ParseError(f"{prefix}.bw={bw!r} is not a number")
+        bw_bytes = bw * 1024
+    row: FioRow = {
         f"{prefix}_iops": block.get("iops"),
         f"{prefix}_bw_bytes_per_s": bw_bytes,
         f"{prefix}_io_bytes": _bytes(prefix, block, "io_bytes", kib),
@@ -231,7 +255,7 @@ def _direction(prefix: str, block: dict[str, Any], lat_under_clat: bool = False)
     # fio-3.x: *_ns blocks in ns; fio-2.x: the same blocks without the suffix, in usec.
     unit_ns = "clat_ns" in block or "lat_ns" in block or "slat_ns" in block
     scale, suffix = (1, "_ns") if unit_ns else (1000, "")
-    stats = {kind: block.get(f"{kind}{suffix}") or {} for kind in ("clat", "lat", "slat")}
+    stats = {kind: _object(block.get(f"{kind}{suffix}")) for kind in ("clat", "lat", "slat")}
     for kind, block_stats in stats.items():
         mean = block_stats.get("mean") if _sampled(block_stats) else None
         row[f"{prefix}_{kind}_mean_ns"] = None if mean is None else _ns(mean, scale)
@@ -255,29 +279,34 @@ DIRECTIONS = ("read", "write", "trim", "mixed")
 ALL_CLIENTS = "All clients"
 
 
-def _timestamp_ms(doc: dict[str, Any]) -> Any:
+def _timestamp_ms(doc: JsonObject) -> Json:
     if doc.get("timestamp_ms") is not None:
         return doc["timestamp_ms"]
     # client/server output and fio before 2.12 (commit aa7d2ef0) carry only "timestamp", in seconds
-    return None if doc.get("timestamp") is None else doc["timestamp"] * 1000
+    seconds = doc.get("timestamp")
+    if seconds is None:
+        return None
+    if not isinstance(seconds, int | float):
+        raise ParseError(f"timestamp {seconds!r} is not a number")
+    return seconds * 1000
 
 
 @register_parser("fio")
-def parse_fio(data: bytes) -> list[dict[str, Any]]:
+def parse_fio(data: bytes) -> list[FioRow]:
     """One row per fio job: settings, read (and write/trim/mixed when used) results, CPU, options."""
     doc, jobs = _load_json(data)
     # fio writes "fio version" in every version; "fioversion" is that key with its blank squeezed out
     # by tools that compact the JSON (yardstick's fio-2.1.3 samples).
     version = doc.get("fio version", doc.get("fioversion"))
-    global_options = doc.get("global options") or {}
-    rows = []
+    global_options = _object(doc.get("global options"))
+    rows: list[FioRow] = []
     for index, job in enumerate(jobs):
         if not isinstance(job, dict):
             raise ParseError(f"jobs[{index}] is not an object")
         name = job.get("jobname", f"jobs[{index}]")
         printed = "job options" in job or "global options" in doc
-        options = {**global_options, **(job.get("job options") or {})}
-        row: dict[str, Any] = {
+        options = {**global_options, **_object(job.get("job options"))}
+        row: FioRow = {
             "fio_version": version,
             "fio_timestamp_ms": _timestamp_ms(doc),
             "job_name": name,
@@ -288,7 +317,7 @@ def parse_fio(data: bytes) -> list[dict[str, Any]]:
         }
         if "hostname" in job:  # a client/server run: which server ran the job
             row["fio_host"] = None if name == ALL_CLIENTS else job["hostname"]
-        blocks = {direction: job[direction] for direction in DIRECTIONS if isinstance(job.get(direction), dict)}
+        blocks = {direction: block for direction in DIRECTIONS if isinstance(block := job.get(direction), dict)}
         if not blocks:
             raise ParseError(f"job {name!r} has no read, write, trim or mixed results")
         for direction, block in blocks.items():

@@ -15,7 +15,7 @@ drops ``Online=``, JetPack 7 adds ``Active GPU TPCs``; unknown lines (DLA, PVA, 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypedDict
 
 from ._common import numbered_lines
 from .base import ParseError, register_parser
@@ -28,17 +28,42 @@ _MODE = re.compile(r"^NV Power Mode:\s*(.+?)\s*$")
 _TPCS = re.compile(r"^Active GPU TPCs:\s*(\d+)")
 
 
+class JetsonCpu(TypedDict):
+    cpu: int
+    online: bool | None  # None: the release prints no Online= (JetPack 6)
+    governor: str | None
+    min_khz: int | None
+    max_khz: int | None
+    cur_khz: int | None
+
+
+class JetsonClocksRow(TypedDict):
+    soc_family: str | None
+    machine: str | None
+    cpus: list[JetsonCpu]
+    cpu_max_khz: int | None
+    gpu_min_hz: int | None
+    gpu_max_hz: int | None
+    gpu_cur_hz: int | None
+    gpu_active_tpcs: int | None
+    emc_min_hz: int | None
+    emc_max_hz: int | None
+    emc_cur_hz: int | None
+    emc_freq_override: bool | None
+    power_mode: str | None
+
+
 def _num(value: str | None) -> int | None:
     return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
 @register_parser("jetson-clocks")
-def parse_jetson_clocks(data: bytes) -> list[dict[str, Any]]:
+def parse_jetson_clocks(data: bytes) -> list[JetsonClocksRow]:
     """One row: soc_family, machine, cpus (list per core), cpu_max_khz, gpu_*_hz, emc_*_hz, power_mode."""
-    row: dict[str, Any] = {"soc_family": None, "machine": None, "cpus": [], "cpu_max_khz": None,
-                           "gpu_min_hz": None, "gpu_max_hz": None, "gpu_cur_hz": None, "gpu_active_tpcs": None,
-                           "emc_min_hz": None, "emc_max_hz": None, "emc_cur_hz": None, "emc_freq_override": None,
-                           "power_mode": None}
+    row: JetsonClocksRow = {"soc_family": None, "machine": None, "cpus": [], "cpu_max_khz": None,
+                            "gpu_min_hz": None, "gpu_max_hz": None, "gpu_cur_hz": None, "gpu_active_tpcs": None,
+                            "emc_min_hz": None, "emc_max_hz": None, "emc_cur_hz": None, "emc_freq_override": None,
+                            "power_mode": None}
     recognised = False
     for number, line in numbered_lines(data):
         line = line.strip()
@@ -57,11 +82,13 @@ def parse_jetson_clocks(data: bytes) -> list[dict[str, Any]]:
             recognised = True
         elif clock := _CLOCK.match(line):
             values = dict(_KV.findall(line))
-            unit = clock.group(1).lower()
-            for key, field in (("MinFreq", "min"), ("MaxFreq", "max"), ("CurrentFreq", "cur")):
-                row[f"{unit}_{field}_hz"] = _num(values.get(key))
-            if unit == "emc" and "FreqOverride" in values:
-                row["emc_freq_override"] = values["FreqOverride"] == "1"
+            low, high, current = (_num(values.get(key)) for key in ("MinFreq", "MaxFreq", "CurrentFreq"))
+            if clock.group(1) == "GPU":
+                row["gpu_min_hz"], row["gpu_max_hz"], row["gpu_cur_hz"] = low, high, current
+            else:
+                row["emc_min_hz"], row["emc_max_hz"], row["emc_cur_hz"] = low, high, current
+                if "FreqOverride" in values:
+                    row["emc_freq_override"] = values["FreqOverride"] == "1"
             recognised = True
         elif mode := _MODE.match(line):
             row["power_mode"] = mode.group(1)

@@ -14,58 +14,68 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
-from ._common import numbered_lines
+from ._common import Json, JsonObject, numbered_lines
 from .base import ParseError, register_parser
 
 _CPU = re.compile(r"^CPU(\d+)$")
+# a sample's readings: jtop's values as it wrote them (JSON), loads, sizes and clocks as floats, lists per core
+JtopRow = dict[str, Json]
 
 
-def _pct(value: Any) -> float | None:
+def _pct(value: Json) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None  # "OFF" engines/cores -> null
 
 
-def _mb(kb: Any) -> float | None:
+def _mb(kb: Json) -> float | None:
     return kb / 1024 if isinstance(kb, (int, float)) else None
 
 
-def _mhz(khz: Any) -> float | None:
+def _mhz(khz: Json) -> float | None:
     return khz / 1000 if isinstance(khz, (int, float)) else None
 
 
-def _structured(record: dict[str, Any], row: dict[str, Any]) -> None:
-    memory = record.get("memory") or {}
+def _object(value: Json) -> JsonObject:
+    """``value`` where it is an object, else {} (what ``value or {}`` read of a missing or empty part)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _structured(record: JsonObject, row: JtopRow) -> None:
+    memory = _object(record.get("memory"))
     for name, prefix in (("RAM", "ram"), ("SWAP", "swap")):
-        part = memory.get(name) or {}
+        part = _object(memory.get(name))
         row[f"{prefix}_used_mb"], row[f"{prefix}_total_mb"] = _mb(part.get("used")), _mb(part.get("tot"))
-    row["emc_freq_mhz"] = _mhz((memory.get("EMC") or {}).get("cur"))
+    row["emc_freq_mhz"] = _mhz(_object(memory.get("EMC")).get("cur"))
     freqs = record.get("cpu_freq_khz")
-    row["cpu_freq_mhz"] = [_mhz(f) for f in freqs] if freqs else None
-    gpus = list((record.get("gpu_freq_khz") or {}).values())
+    row["cpu_freq_mhz"] = [_mhz(f) for f in freqs] if isinstance(freqs, list) and freqs else None
+    gpus = list(_object(record.get("gpu_freq_khz")).values())
     row["gpu_freq_mhz"] = _mhz(gpus[0]) if gpus else None
-    power = record.get("power") or {}
-    rails = dict(power.get("rail") or {})
-    total = power.get("tot") or {}
-    if total.get("name"):
-        rails[total["name"]] = total
+    power = _object(record.get("power"))
+    rails = dict(_object(power.get("rail")))
+    total = _object(power.get("tot"))
+    total_name = total.get("name")
+    if total_name and isinstance(total_name, str):
+        rails[total_name] = total
     for name, rail in rails.items():
         column = name.lower().replace(" ", "_")
+        rail = _object(rail)
         row[f"power_{column}_mw"], row[f"power_{column}_avg_mw"] = _pct(rail.get("power")), _pct(rail.get("avg"))
 
 
 @register_parser("jtop")
-def parse_jtop(data: bytes) -> list[dict[str, Any]]:
+def parse_jtop(data: bytes) -> list[JtopRow]:
     rows = []
     for number, line in numbered_lines(data):
         try:
-            record = json.loads(line)
-            stats = record["stats"]
-        except (ValueError, KeyError, TypeError):
+            record: Json = json.loads(line)
+        except ValueError:
+            record = None
+        stats = record.get("stats") if isinstance(record, dict) else None
+        if not isinstance(record, dict) or not isinstance(stats, dict):
             raise ParseError("expected a JSON line {\"t_ns\": ..., \"stats\": {...}} (the jtop collector's)",
                              line=number) from None
-        row: dict[str, Any] = {"t_ns": record.get("t_ns"), "timestamp": stats.get("time"),
-                               "jetson_clocks": stats.get("jetson_clocks"), "nvp_model": stats.get("nvp model")}
+        row: JtopRow = {"t_ns": record.get("t_ns"), "timestamp": stats.get("time"),
+                        "jetson_clocks": stats.get("jetson_clocks"), "nvp_model": stats.get("nvp model")}
         cpus = sorted((int(m.group(1)), value) for key, value in stats.items() if (m := _CPU.match(key)))
         row["cpu_load_pct"] = [_pct(value) for _i, value in cpus] or None
         for key, column in (("RAM", "ram_used_pct"), ("SWAP", "swap_used_pct")):

@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Mapping
 
 from . import llama_bench_text as text_formats
-from ._common import iter_lines
+from ._common import Json, JsonObject, iter_lines
 from .base import ParseError, register_parser
 
 # Columns every row has, whatever the build printed (None when it lacks the key).
 _STANDARD = ("n_prompt", "n_gen", "n_depth", "n_threads", "load_mode", "build_commit", "model_filename")
+# one test's row: the harness's columns, then every key the build printed, as printed (JSON values)
+BenchRow = dict[str, Json]
 
 
-def test_name(row: dict[str, Any]) -> str | None:
+def test_name(row: Mapping[str, Json]) -> str | None:
     """The name llama-bench prints in its markdown table for this test."""
     n_prompt, n_gen, n_depth = row.get("n_prompt") or 0, row.get("n_gen") or 0, row.get("n_depth") or 0
     parts = ([f"pp{n_prompt}"] if n_prompt else []) + ([f"tg{n_gen}"] if n_gen else [])
@@ -37,8 +39,8 @@ def test_name(row: dict[str, Any]) -> str | None:
     return "+".join(parts) + (f" @ d{n_depth}" if n_depth else "")
 
 
-def bench_row(item: dict[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {"test": test_name(item)}
+def bench_row(item: JsonObject) -> BenchRow:
+    row: BenchRow = {"test": test_name(item)}
     row.update({key: item.get(key) for key in _STANDARD})
     row["avg_tps"] = item.get("avg_ts")
     row["stddev_tps"] = item.get("stddev_ts")
@@ -49,9 +51,9 @@ def bench_row(item: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def table_bench_row(fields: dict[str, Any]) -> dict[str, Any]:
+def table_bench_row(fields: dict[str, Json]) -> BenchRow:
     """A markdown table row (llama_bench_text.table_row) with the standard columns first, as bench_row orders them."""
-    row: dict[str, Any] = {"test": test_name(fields)}
+    row: BenchRow = {"test": test_name(fields)}
     row.update({key: fields.get(key) for key in _STANDARD})
     row.update(avg_tps=fields.get("avg_tps"), stddev_tps=fields.get("stddev_tps"), samples_tps=None,
                model_size_bytes=fields.get("model_size_bytes"))
@@ -70,11 +72,11 @@ class _Reader:
 
     def __init__(self) -> None:
         self.format: str | None = None
-        self.found: list[dict[str, Any]] = []
+        self.found: list[BenchRow] = []
         self.header: list[str] | None = None  # md: the table's columns; csv: the fields
         self.sql_types: dict[str, str] = {}
         self.json_lines: list[tuple[int, str]] = []
-        self.builds: list[tuple[int, dict[str, Any]]] = []  # (rows before it, build) per ``build:`` line
+        self.builds: list[tuple[int, dict[str, Json]]] = []  # (rows before it, build) per ``build:`` line
         self.foreign: tuple[int, str] | None = None  # the first line that is neither results nor a log line
 
     def line(self, number: int, line: str) -> None:
@@ -146,21 +148,21 @@ class _Reader:
             return False
         return True
 
-    def add(self, number: int, item: Any) -> None:
+    def add(self, number: int, item: Json) -> None:
         if not isinstance(item, dict):
             raise ParseError("expected a JSON object per llama-bench result", line=number or None)
         if "avg_ts" not in item and "avg_ns" not in item:
             raise ParseError("not a llama-bench result (no avg_ts / avg_ns)", line=number or None)
         self.found.append(bench_row(item))
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[BenchRow]:
         if self.format == "json":
             for item in _json_array(self.json_lines):
                 self.add(0, item)
         if self.format == "md":  # the footer names the build of the rows above it (or, printed first, all)
             for index, row in enumerate(self.found):
-                build = next((b for before, b in self.builds if before > index), None) or (
-                    self.builds[-1][1] if self.builds else {})
+                after = next((b for before, b in self.builds if before > index), None)
+                build = after or (self.builds[-1][1] if self.builds else {})
                 row.update({key: row.get(key) or value for key, value in build.items()})
         if not self.found:
             if self.foreign:
@@ -186,7 +188,7 @@ def _format_of(line: str) -> str | None:
     return None
 
 
-def _json_array(lines: list[tuple[int, str]]) -> list[Any]:
+def _json_array(lines: list[tuple[int, str]]) -> list[Json]:
     """The array ``-o json`` printed from its first line on; what follows it (log lines) is not read."""
     text = "\n".join(line for _, line in lines)
     try:
@@ -200,7 +202,7 @@ def _json_array(lines: list[tuple[int, str]]) -> list[Any]:
 
 
 @register_parser("llama-bench")
-def parse_llama_bench(data: bytes) -> list[dict[str, Any]]:
+def parse_llama_bench(data: bytes) -> list[BenchRow]:
     """One row per llama-bench test, from any of its output formats (md, csv, json, jsonl, sql), the build's log
     lines around them skipped; no results at all is an error naming the first line that is none of them."""
     reader = _Reader()
@@ -209,12 +211,11 @@ def parse_llama_bench(data: bytes) -> list[dict[str, Any]]:
     return reader.rows()
 
 
-def sample_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def sample_rows(rows: list[BenchRow]) -> list[BenchRow]:
     """One row per repetition of every test: ``bench_index`` (position in ``rows``), ``sample``, tps, ns."""
-    out = []
+    out: list[BenchRow] = []
     for index, row in enumerate(rows):
-        tps = row.get("samples_ts") or []
-        ns = row.get("samples_ns") or []
+        tps, ns = (value if isinstance(value := row.get(key), list) else [] for key in ("samples_ts", "samples_ns"))
         for sample in range(max(len(tps), len(ns))):
             out.append({"bench_index": index, "test": row.get("test"), "n_prompt": row.get("n_prompt"),
                         "n_gen": row.get("n_gen"), "n_threads": row.get("n_threads"), "sample": sample,

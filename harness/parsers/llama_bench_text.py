@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import csv
 import re
-from typing import Any
 
+from ._common import Json
 from .base import ParseError
+
+# a printed value as the build's JSON would carry it
+BenchValue = str | int | float | bool
 
 # get_field_type() over llama.cpp's history: fields not listed are strings (and stay as printed)
 INT_FIELDS = frozenset({
@@ -44,7 +47,7 @@ _SEPARATOR = re.compile(r":?-+:?")
 BUILD_LINE = re.compile(r"build: (?P<commit>\S+) \((?P<number>\d+)\)")
 
 
-def typed(field: str, text: str, sql_type: str | None = None) -> Any:
+def typed(field: str, text: str, sql_type: str | None = None) -> BenchValue:
     """A printed value as the build's JSON would carry it; a value that is not of its field's type stays as printed
     (a newer build may have changed the type)."""
     kind = ("bool" if field in BOOL_FIELDS else "int" if field in INT_FIELDS else "float" if field in FLOAT_FIELDS
@@ -65,7 +68,7 @@ def is_table_header(cells: list[str]) -> bool:
     return "t/s" in cells and "test" in cells
 
 
-def _test_fields(text: str, number: int) -> dict[str, Any]:
+def _test_fields(text: str, number: int) -> dict[str, int]:
     match = _TEST.fullmatch(text)
     if not match or not (match["pp"] or match["tg"]) or (match["plus"] and not (match["pp"] and match["tg"])):
         raise ParseError(f"llama-bench table: test {text!r} is not ppN, tgN, ppN+tgN or '... @ dN'", line=number)
@@ -80,11 +83,11 @@ def _scaled(pattern: re.Pattern[str], text: str, scale: dict[str, float], what: 
     return round(float(match["value"]) * scale[match["unit"]])
 
 
-def table_row(header: list[str], cells: list[str], number: int) -> dict[str, Any]:
+def table_row(header: list[str], cells: list[str], number: int) -> dict[str, Json]:
     """One row of the markdown table, under the JSON's field names (see the module's docstring)."""
     if len(cells) != len(header):
         raise ParseError(f"llama-bench table: {len(cells)} cells for the header's {len(header)} columns", line=number)
-    row: dict[str, Any] = {}
+    row: dict[str, Json] = {}
     for name, text in zip(header, cells, strict=True):
         if name == "test":
             row.update(_test_fields(text, number))
@@ -114,7 +117,7 @@ def is_separator(cells: list[str]) -> bool:
     return all(_SEPARATOR.fullmatch(cell) for cell in cells)
 
 
-def csv_record(header: list[str], line: str, number: int) -> dict[str, Any]:
+def csv_record(header: list[str], line: str, number: int) -> dict[str, Json]:
     (values,) = csv.reader([line])
     if len(values) != len(header):
         raise ParseError(f"llama-bench CSV: {len(values)} values for the header's {len(header)} fields", line=number)
@@ -141,7 +144,7 @@ def is_create(line: str) -> bool:
     return bool(_CREATE.match(line))
 
 
-def sql_record(line: str, number: int, types: dict[str, str]) -> dict[str, Any]:
+def sql_record(line: str, number: int, types: dict[str, str]) -> dict[str, Json]:
     """One ``INSERT INTO ... VALUES (...)`` statement, typed by the ``CREATE TABLE`` before it (or by field)."""
     match = _INSERT.fullmatch(line)
     if not match:

@@ -20,9 +20,8 @@ stay None (a server other than llama.cpp prints ``usage`` without ``timings``).
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from ._common import numbered_lines, text_of
+from ._common import Json, JsonObject, numbered_lines, text_of
 from .base import ParseError, register_parser
 
 _TIMINGS = ("prompt_n", "prompt_ms", "prompt_per_token_ms", "predicted_n", "predicted_ms",
@@ -32,22 +31,24 @@ _RESPONSE = ("stop_type", "tokens_predicted", "tokens_evaluated", "tokens_cached
 USAGE = ("finish_reason", "prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
 _STOPPED = (("stopped_eos", "eos"), ("stopped_word", "word"), ("stopped_limit", "limit"))
 _FINISH = {"length": "limit"}
+# one response's row: the timings and response fields as the server printed them (JSON values), None where absent
+ServerRow = dict[str, Json]
 
 
-def stop_type(response: dict[str, Any]) -> str | None:
+def stop_type(response: JsonObject) -> Json:
     """The native ``stop_type``, or what an older build's ``stopped_*`` flags say (None when it printed neither)."""
     if response.get("stop_type") is not None or not any(key in response for key, _ in _STOPPED):
         return response.get("stop_type")
     return next((kind for key, kind in _STOPPED if response.get(key)), "none")
 
 
-def timings_row(response: dict[str, Any], *, require: bool = True) -> dict[str, Any]:
+def timings_row(response: JsonObject, *, require: bool = True) -> ServerRow:
     timings = response.get("timings")
     if not isinstance(timings, dict):
         if require:
             raise ParseError("response has no timings object")
         timings = {}
-    row: dict[str, Any] = {key: timings.get(key) for key in _TIMINGS}
+    row: ServerRow = {key: timings.get(key) for key in _TIMINGS}
     row["prefill_tps"] = timings.get("prompt_per_second")
     row["decode_tps"] = timings.get("predicted_per_second")
     for key, value in timings.items():  # whatever else a newer build reports
@@ -59,49 +60,51 @@ def timings_row(response: dict[str, Any], *, require: bool = True) -> dict[str, 
     return row
 
 
-def openai_row(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+def openai_row(chunks: list[JsonObject]) -> ServerRow:
     """One OpenAI-compatible response (a non-streamed object, or a stream's chunks in order) -> its row."""
-    merged: dict[str, Any] = {}
-    finish = None
+    merged: dict[str, Json] = {}  # the last "timings" and "usage" objects of the chunks
+    finish: Json = None
     for chunk in chunks:
         for key in ("timings", "usage"):
-            if isinstance(chunk.get(key), dict):
-                merged[key] = chunk[key]
-        for choice in chunk.get("choices") or []:
+            if isinstance(value := chunk.get(key), dict):
+                merged[key] = value
+        choices = chunk.get("choices") or []
+        for choice in choices if isinstance(choices, list | dict | str) else []:  # iterated as they were
             if isinstance(choice, dict) and choice.get("finish_reason") is not None:
                 finish = choice["finish_reason"]
     row = timings_row(merged, require=False)
-    usage = merged.get("usage") or {}
-    details = usage.get("prompt_tokens_details")
-    row.update(finish_reason=finish, stop_type=_FINISH.get(finish) if finish else None,
+    usage = merged.get("usage")
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    usage = usage if isinstance(usage, dict) else {}
+    row.update(finish_reason=finish, stop_type=_FINISH.get(finish) if isinstance(finish, str) and finish else None,
                prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
                total_tokens=usage.get("total_tokens"),
                cached_tokens=details.get("cached_tokens") if isinstance(details, dict) else None)
     return row
 
 
-def _is_openai(obj: dict[str, Any]) -> bool:
+def _is_openai(obj: JsonObject) -> bool:
     return isinstance(obj.get("choices"), list) or (isinstance(obj.get("usage"), dict) and "timings" not in obj
                                                     and "object" in obj)
 
 
-Response = dict[str, Any] | list[dict[str, Any]]
+Response = JsonObject | list[JsonObject]
 
 
-def _native(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+def _native(chunks: list[JsonObject]) -> JsonObject:
     """A native stream's chunks -> its response: the last chunk, with the last ``timings`` any chunk carried (builds
     that send timings with every token repeat them; a stream cut before its end has them on an earlier chunk)."""
     timings = next((c["timings"] for c in reversed(chunks) if isinstance(c.get("timings"), dict)), None)
     return {**chunks[-1], **({"timings": timings} if timings is not None else {})}
 
 
-def _responses(objects: list[tuple[int, Any]]) -> list[tuple[int, Response]]:
+def _responses(objects: list[tuple[int, Json]]) -> list[tuple[int, Response]]:
     """(line, native response | OpenAI chunks of one response). A stream is one response: OpenAI chunks sharing an
     ``id``; native chunks up to the one with ``"stop": true``. Objects without ``stop`` (the runner's records, errors)
     stand alone."""
     out: list[tuple[int, Response]] = []
-    openai_id: Any = None
-    native: list[dict[str, Any]] = []
+    openai_id: Json = None
+    native: list[JsonObject] = []
     native_line = 0
 
     def close_native() -> None:
@@ -134,7 +137,7 @@ def _responses(objects: list[tuple[int, Any]]) -> list[tuple[int, Response]]:
     return out
 
 
-def _objects(text: str) -> list[tuple[int, Any]]:
+def _objects(text: str) -> list[tuple[int, Json]]:
     stripped = text.strip()
     if stripped.startswith(("{", "[")):
         try:
@@ -142,7 +145,7 @@ def _objects(text: str) -> list[tuple[int, Any]]:
             return [(1, item) for item in doc] if isinstance(doc, list) else [(1, doc)]
         except json.JSONDecodeError:
             pass  # JSONL: one response per line
-    objects = []
+    objects: list[tuple[int, Json]] = []
     for number, line in numbered_lines(text):
         if line.startswith("data:"):
             line = line[5:].strip()  # SSE
@@ -156,9 +159,9 @@ def _objects(text: str) -> list[tuple[int, Any]]:
 
 
 @register_parser("llama-server")
-def parse_llama_server(data: bytes) -> list[dict[str, Any]]:
+def parse_llama_server(data: bytes) -> list[ServerRow]:
     """Rows in input order with ``response`` = 0-based position among the responses read (see the module)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ServerRow] = []
     for number, obj in _responses(_objects(text_of(data))):
         if isinstance(obj, list):
             row = openai_row(obj)

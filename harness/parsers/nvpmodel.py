@@ -23,7 +23,7 @@ section 1) -- the PARAM lines' REAL_VAL (what sysfs holds now) is kept for that 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypedDict
 
 from ._common import numbered_lines
 from .base import ParseError, register_parser
@@ -35,12 +35,32 @@ _DEFAULT = re.compile(r"^PM_CONFIG:\s*DEFAULT=(.+)\((\d+)\)$")
 _PARAM = re.compile(r"^PARAM (\S+): ARG (\S+): PATH (\S+): REAL_VAL: (\S*) CONF_VAL: (\S*)$")
 
 
+class NvpmParam(TypedDict):
+    """One ``PARAM`` line of ``--verbose``, its words as printed (real: what sysfs holds now)."""
+
+    param: str
+    arg: str
+    path: str
+    real: str
+    conf: str
+
+
+class NvpmodelRow(TypedDict):
+    mode_name: str | None
+    mode_id: int | None
+    fan_mode: str | None
+    default_mode_name: str | None
+    default_mode_id: int | None
+    messages: list[str]
+    params: list[NvpmParam]
+
+
 @register_parser("nvpmodel")
-def parse_nvpmodel(data: bytes) -> list[dict[str, Any]]:
+def parse_nvpmodel(data: bytes) -> list[NvpmodelRow]:
     """One row: mode_name, mode_id, fan_mode, default mode (JetPack 3 verbose only), the NVPM WARN/ERROR messages
     and, from ``--verbose``, ``params`` ({param, arg, path, real, conf} as printed)."""
-    row: dict[str, Any] = {"mode_name": None, "mode_id": None, "fan_mode": None,
-                           "default_mode_name": None, "default_mode_id": None, "messages": [], "params": []}
+    row: NvpmodelRow = {"mode_name": None, "mode_id": None, "fan_mode": None,
+                        "default_mode_name": None, "default_mode_id": None, "messages": [], "params": []}
     mode_line = None
     for number, line in numbered_lines(data):
         line = line.strip()
@@ -73,7 +93,7 @@ def parse_nvpmodel(data: bytes) -> list[dict[str, Any]]:
     return [row]
 
 
-def _verbose(row: dict[str, Any], text: str) -> None:
+def _verbose(row: NvpmodelRow, text: str) -> None:
     """What a ``NVPM VERB:`` line adds: the default mode (JetPack 3) or one PARAM setting; the rest is a dump of
     file names and values that says nothing about the mode."""
     if default := _DEFAULT.match(text):

@@ -25,7 +25,7 @@ step's); v1 (older raw data) had the step's process only, its rows take the head
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NamedTuple, TypedDict
 
 from ._common import headed_rows, header_fields, iter_lines, versioned_header
 from .base import ParseError, register_parser
@@ -37,42 +37,62 @@ INTEGERS = ("t_ns", "tid", "blocked_ns", "runqueue_ns", "count")
 CLASSES = ("fault_io", "read_io", "futex", "gpu", "idle", "other", "runqueue")
 
 
-def _row(parts: list[str], number: int, facts: dict[str, Any]) -> dict[str, Any]:
+class OffcpuHeader(NamedTuple):
+    """What the ``# harness-offcpu`` line says: its version, the step's pid, the architecture and bpftrace's."""
+
+    version: str | None
+    pid: int
+    arch: str | None
+    bpftrace: str | None
+
+
+# one thread's cumulative off-CPU time in one class key at one snapshot ("class" is a keyword: functional form)
+OffcpuRow = TypedDict("OffcpuRow", {
+    "t_ns": int, "tid": int, "class": str, "state": str, "syscall": str, "device": str, "blocked_ns": int,
+    "runqueue_ns": int, "count": int, "comm": str, "pid": int, "arch": str | None, "bpftrace": str | None})
+
+
+def _int(text: str, name: str, number: int) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ParseError(f"{name} is not an integer: {text!r}", line=number) from None
+
+
+def _row(parts: list[str], number: int, header: OffcpuHeader) -> OffcpuRow:
     if parts[0] != "s":
         raise ParseError(f"unknown line kind {parts[0]!r} (expected s or a # comment)", line=number)
-    version, facts = facts["_version"], {key: value for key, value in facts.items() if key != "_version"}
-    width = len(COLUMNS) + (2 if version == "v2" else 1)
+    width = len(COLUMNS) + (2 if header.version == "v2" else 1)
     if len(parts) != width:
         raise ParseError(f"expected {width} TAB-separated fields, got {len(parts)}", line=number)
-    if version == "v2":  # the thread's own process, second
-        pid = parts.pop(2)
-        if not pid.isdigit():
-            raise ParseError(f"pid is not an integer: {pid!r}", line=number)
-        facts = {**facts, "pid": int(pid)}
-    row: dict[str, Any] = dict(zip(COLUMNS, parts[1:], strict=True))
-    for name in INTEGERS:
-        try:
-            row[name] = int(row[name])
-        except ValueError:
-            raise ParseError(f"{name} is not an integer: {row[name]!r}", line=number) from None
-    if row["class"] not in CLASSES:
-        raise ParseError(f"unknown class {row['class']!r} (known: {', '.join(CLASSES)})", line=number)
-    return {**row, **facts}
+    pid = header.pid
+    if header.version == "v2":  # the thread's own process, second
+        text = parts.pop(2)
+        if not text.isdigit():
+            raise ParseError(f"pid is not an integer: {text!r}", line=number)
+        pid = int(text)
+    fields = dict(zip(COLUMNS, parts[1:], strict=True))
+    t_ns, tid, blocked_ns, runqueue_ns, count = (_int(fields[name], name, number) for name in INTEGERS)
+    if fields["class"] not in CLASSES:
+        raise ParseError(f"unknown class {fields['class']!r} (known: {', '.join(CLASSES)})", line=number)
+    return {"t_ns": t_ns, "tid": tid, "class": fields["class"], "state": fields["state"],
+            "syscall": fields["syscall"], "device": fields["device"], "blocked_ns": blocked_ns,
+            "runqueue_ns": runqueue_ns, "count": count, "comm": fields["comm"], "pid": pid, "arch": header.arch,
+            "bpftrace": header.bpftrace}
 
 
-def _facts(line: str, number: int) -> dict[str, Any]:
+def _facts(line: str, number: int) -> OffcpuHeader:
     words = line.split()
     found = words[2] if len(words) > 2 else None
     fields = versioned_header(line, number, "offcpu", found if found in READABLE_VERSIONS
                               else " or ".join(READABLE_VERSIONS))
     if not fields.get("pid", "").isdigit():
         raise ParseError(f"offcpu header without a numeric pid: {line.strip()[:80]!r}", line=number)
-    return {"pid": int(fields["pid"]), "arch": fields.get("arch"), "bpftrace": fields.get("bpftrace"),
-            "_version": found}
+    return OffcpuHeader(found, int(fields["pid"]), fields.get("arch"), fields.get("bpftrace"))
 
 
 @register_parser("offcpu")
-def parse_offcpu(data: bytes) -> list[dict[str, Any]]:
+def parse_offcpu(data: bytes) -> list[OffcpuRow]:
     """One row per thread, class key (state, syscall, device) and snapshot, cumulative."""
     return headed_rows(data, "offcpu", VERSION, _facts, _row)
 

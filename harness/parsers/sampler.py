@@ -47,7 +47,7 @@ from __future__ import annotations
 import io
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import BinaryIO, TypedDict
 
 from ._common import header_fields, iter_lines, versioned_header
 from .base import ParseError, register_parser
@@ -68,6 +68,36 @@ STATES_V2 = STATES | {"-"}  # v2: off CPU, stat not read in that sample
 # gpu (ioctl on a GPU device fd), idle (epoll, poll, select, nanosleep), other.
 CLASSES = ("fault_io", "read_io", "futex", "gpu", "idle", "other")
 NO_CLASS = ("", "?")  # running; syscall unreadable
+
+# one thread at one sample instant; a counter, wchan, class or syscall the sampler did not read is None ("class" is
+# a keyword: functional form)
+ThreadSample = TypedDict("ThreadSample", {
+    "t_ns": int, "pid": int | None, "tid": int, "state": str, "majflt": int | None, "utime_ticks": int | None,
+    "stime_ticks": int | None, "comm": str, "wchan": str | None, "class": str | None, "syscall": int | None})
+
+
+class ProcessRow(TypedDict):
+    """One process of the step's tree, from its ``# proc`` line(s) and its ``# proc_end`` line."""
+
+    pid: int
+    ppid: int | None  # None: 0 printed (its parent was not known)
+    comm: str | None
+    cmd: str | None
+    t_ns: int
+    first_ns: int
+    last_ns: int | None  # None: the capture ends before its end line
+    gone: bool | None  # True: it exited; False: still there at the stop; None: unknown
+
+
+class ThreadStates(TypedDict):
+    """A thread's samples running, in I/O wait and sleeping, in per cent of its samples."""
+
+    tid: int
+    comm: str | None
+    samples: int
+    running_pct: float
+    io_wait_pct: float
+    sleep_pct: float
 
 
 def _int(value: str, name: str, line: int) -> int:
@@ -108,7 +138,7 @@ def _v2_fields(parts: list[str], number: int) -> tuple[str | None, int | None]:
     return (None if cls in NO_CLASS else cls), _optional_int(nr, "syscall", number)
 
 
-def thread_records(data: bytes | BinaryIO) -> Iterator[dict[str, Any]]:
+def thread_records(data: bytes | BinaryIO) -> Iterator[ThreadSample]:
     """The rows of :func:`parse_sampler_threads`, one at a time (the lines are read lazily too)."""
     pid: int | None = None
     majflt_known = True  # macOS (source=libproc) has no per-thread fault count: its header says majflt=none
@@ -198,19 +228,19 @@ def _comment_lines(data: bytes | BinaryIO, prefix: bytes) -> Iterator[tuple[int,
             return
 
 
-def process_records(data: bytes | BinaryIO) -> list[dict[str, Any]]:
+def process_records(data: bytes | BinaryIO) -> list[ProcessRow]:
     """One row per process of the step's tree (v3 ``# proc`` and ``# proc_end`` lines): pid, ppid, comm, cmd, t_ns
     (= first_ns, the sample that found it), first_ns, last_ns (None: the capture ends before its end line) and
     gone (True: it exited; False: still there at the stop; None: unknown). v1 and v2 captures have none."""
-    rows: list[dict[str, Any]] = []
-    open_rows: dict[int, dict[str, Any]] = {}  # a pid may be reused by a later process
+    rows: list[ProcessRow] = []
+    open_rows: dict[int, ProcessRow] = {}  # a pid may be reused by a later process
     for number, raw in _comment_lines(data, PROC_LINE.rstrip().encode()):
         if raw.startswith(PROC_LINE):
             fields = _proc_fields(raw, number)
             pid = _int(fields.get("pid", ""), "pid", number)
             first = _int(fields.get("t_ns", ""), "t_ns", number)
             if pid in open_rows:  # the same process renamed (an exec after it was found): its new comm and cmd
-                open_rows[pid].update(comm=fields.get("comm"), cmd=fields.get("cmd"))
+                open_rows[pid]["comm"], open_rows[pid]["cmd"] = fields.get("comm"), fields.get("cmd")
                 continue
             open_rows[pid] = {"pid": pid, "ppid": _int(fields.get("ppid", ""), "ppid", number) or None,
                               "comm": fields.get("comm"), "cmd": fields.get("cmd"), "t_ns": first,
@@ -221,19 +251,20 @@ def process_records(data: bytes | BinaryIO) -> list[dict[str, Any]]:
             pid = _int(fields.get("pid", ""), "pid", number)
             if pid not in open_rows:
                 raise ParseError(f"proc_end of pid {pid} without its '# proc' line", line=number)
-            open_rows.pop(pid).update(last_ns=_int(fields.get("last_ns", ""), "last_ns", number),
-                                      gone=fields.get("gone") == "1")
+            ended = open_rows.pop(pid)
+            ended["last_ns"] = _int(fields.get("last_ns", ""), "last_ns", number)
+            ended["gone"] = fields.get("gone") == "1"
     return rows
 
 
 @register_parser("sampler-processes")
-def parse_sampler_processes(data: bytes) -> list[dict[str, Any]]:
+def parse_sampler_processes(data: bytes) -> list[ProcessRow]:
     """The step's process tree as the thread sampler saw it: one row per process."""
     return process_records(data)
 
 
 @register_parser("sampler-threads")
-def parse_sampler_threads(data: bytes) -> list[dict[str, Any]]:
+def parse_sampler_threads(data: bytes) -> list[ThreadSample]:
     """One row per (sample instant, thread)."""
     return list(thread_records(data))
 
@@ -254,40 +285,40 @@ def sampler_lateness(tail: bytes) -> dict[str, int]:
     return {}
 
 
-def _in_io_wait(row: dict[str, Any]) -> bool:
+def _in_io_wait(row: ThreadSample) -> bool:
     """D, or (v2, where the state letter of a thread off CPU is mostly not read) an I/O wait class."""
     return row["state"] == "D" or row.get("class") in ("fault_io", "read_io")
 
 
-def thread_state_fractions(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def thread_state_fractions(rows: list[ThreadSample]) -> list[ThreadStates]:
     """Per thread: share of its samples running (R), in I/O wait (D, mostly I/O or page-fault I/O; v2: or the
     class fault_io/read_io) and sleeping (everything else: S, idle I, stopped T, '-' ...). The three add to 100."""
-    counts: dict[int, dict[str, Any]] = defaultdict(lambda: {"samples": 0, "R": 0, "D": 0, "comm": None})
+    counts: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])  # samples, R, D
+    names: dict[int, str] = {}  # threads rename themselves; keep the latest name
     for row in rows:
         entry = counts[row["tid"]]
-        entry["samples"] += 1
-        entry["comm"] = row["comm"]  # threads rename themselves; keep the latest name
+        entry[0] += 1
+        names[row["tid"]] = row["comm"]
         if row["state"] == "R":
-            entry["R"] += 1
+            entry[1] += 1
         elif _in_io_wait(row):
-            entry["D"] += 1
-    out = []
+            entry[2] += 1
+    out: list[ThreadStates] = []
     for tid in sorted(counts):
-        entry = counts[tid]
-        n = entry["samples"]
-        running, io_wait = 100.0 * entry["R"] / n, 100.0 * entry["D"] / n
+        n, in_r, in_d = counts[tid]
+        running, io_wait = 100.0 * in_r / n, 100.0 * in_d / n
         out.append({
             "tid": tid,
-            "comm": entry["comm"],
+            "comm": names[tid],
             "samples": n,
             "running_pct": running,
             "io_wait_pct": io_wait,
-            "sleep_pct": 100.0 * (n - entry["R"] - entry["D"]) / n,
+            "sleep_pct": 100.0 * (n - in_r - in_d) / n,
         })
     return out
 
 
-def any_d_pct(rows: list[dict[str, Any]]) -> float | None:
+def any_d_pct(rows: list[ThreadSample]) -> float | None:
     """Share of sample instants at which at least one thread was in I/O wait (D, or v2's fault_io/read_io); None
     without samples."""
     instants: dict[int, bool] = {}

@@ -9,12 +9,16 @@ read word by word, each word recognised by its shape, and words nobody knows are
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ._common import numbered_lines
 from .base import ParseError, register_parser
 
 OFFLINE_C = -256.0  # tegrastats prints this for a sensor that is powered off
+
+# a line's readings: the time (str), counts, clocks and loads (int), temperatures and sizes (float), per core or
+# per GPC (lists, None for a core that is off); None: not printed
+TegraValue = str | int | float | list[int | None] | list[int] | None
+TegraRow = dict[str, TegraValue]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _DATE = re.compile(r"^(\d\d)-(\d\d)-(\d{4})$")
@@ -72,14 +76,14 @@ class _Line:
 
     def __init__(self, words: list[str]) -> None:
         self.words = words
-        self.row: dict[str, Any] = {
+        self.row: TegraRow = {
             "timestamp": None, "ram_used_mb": None, "ram_total_mb": None, "swap_used_mb": None,
             "swap_total_mb": None, "cpu_load_pct": None, "cpu_freq_mhz": None, "emc_load_pct": None,
             "emc_freq_mhz": None, "gpu_load_pct": None, "gpu_freq_mhz": None, "gpu_freq_mhz_list": None,
         }
         self.recognised = 0
 
-    def put(self, key: str, value: Any) -> None:
+    def put(self, key: str, value: TegraValue) -> None:
         self.row[key] = value
 
     def stem(self, prefix: str, name: str, first_suffix: str) -> str:
@@ -95,7 +99,7 @@ class _Line:
     def word(self, i: int) -> str:
         return self.words[i] if i < len(self.words) else ""
 
-    def read(self) -> dict[str, Any]:
+    def read(self) -> TegraRow:
         i = 0
         if (date := _DATE.match(self.word(0))) and _TIME.match(self.word(1)):
             month, day, year = date.groups()
@@ -190,7 +194,7 @@ class _Line:
 
 
 @register_parser("tegrastats")
-def parse_tegrastats(data: bytes) -> list[dict[str, Any]]:
+def parse_tegrastats(data: bytes) -> list[TegraRow]:
     """One row per tegrastats line; lists per CPU core; a line with nothing tegrastats-like fails."""
     rows = []
     for number, line in numbered_lines(data):

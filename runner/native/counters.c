@@ -88,12 +88,15 @@ static uint32_t nl_seq;
 struct proc {
     long pid, ppid;
     char task_dir[64], comm[PT_COMM_CAP];
-    int task_dir_fd, listed_threads, reads_since_listing, has_threads;
+    DIR *tasks; /* its task directory, kept open (proctree.h): bound to it, its link count the thread count */
+    int listed_threads, reads_since_listing, has_threads;
     int64_t first_ns, last_ns; /* the first and last reads that listed a thread of it */
 };
 static struct proc procs[MAX_PROCS];
 static int n_procs, follow_tree = 1, proc_fd = -1;
 static struct proctree tree;
+static int *listed_tids; /* scratch: a process's tids as last listed */
+static size_t listed_cap;
 static const char *psi_paths[2];
 static int psi_fds[2] = {-1, -1};
 static int n_psi;
@@ -349,15 +352,11 @@ static void close_thread(struct thread *t) {
         close(t->status_fd);
 }
 
-/* the thread count of the process: /proc/PID/task's link count is 2 + its threads (an fstat: far cheaper than
- * listing the directory), -1 once it is gone */
+/* the thread count of the process (proctree.h: its task directory's link count), -1 once it is gone */
 static int thread_count(struct proc *p) {
-    struct stat st;
-    if (p->task_dir_fd < 0)
-        p->task_dir_fd = open(p->task_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (p->task_dir_fd < 0 || fstat(p->task_dir_fd, &st) != 0)
-        return -1;
-    return (int)st.st_nlink - 2;
+    if (!p->tasks)
+        p->tasks = pt_tasks_open(AT_FDCWD, p->task_dir);
+    return p->tasks ? (int)pt_task_count(p->tasks) : -1;
 }
 
 /* a thread of the latest listing not yet followed: its /proc files opened (without taskstats; with it, the answer
@@ -388,16 +387,13 @@ static int list_threads(struct proc *p, int relist) {
         return p->has_threads;
     p->listed_threads = count;
     p->reads_since_listing = 0;
-    DIR *dir = count < 0 ? NULL : opendir(p->task_dir);
+    long listed = count < 0 ? 0 : pt_tasks_list(p->tasks, &listed_tids, &listed_cap);
     for (int i = 0; i < n_threads; i++)
         if (threads[i].pid == p->pid)
             threads[i].seen = 0;
-    struct dirent *entry;
     p->has_threads = 0;
-    while (dir && (entry = readdir(dir)) != NULL) {
-        if (entry->d_name[0] < '0' || entry->d_name[0] > '9')
-            continue;
-        long tid = atol(entry->d_name);
+    for (long k = 0; k < listed; k++) {
+        long tid = listed_tids[k];
         struct thread *t = find(tid);
         if (!t && n_threads < MAX_THREADS && open_thread(&threads[n_threads], p->pid, tid))
             t = &threads[n_threads++];
@@ -406,8 +402,6 @@ static int list_threads(struct proc *p, int relist) {
             p->has_threads = 1;
         }
     }
-    if (dir)
-        closedir(dir);
     for (int i = 0; i < n_threads;) {
         if (threads[i].pid == p->pid && !threads[i].seen) {
             close_thread(&threads[i]);
@@ -419,22 +413,13 @@ static int list_threads(struct proc *p, int relist) {
     return p->has_threads;
 }
 
-/* "# proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS", as the thread sampler writes it */
+/* "# proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS" (proctree.h), as the thread sampler writes it */
 static void put_proc(const struct proc *p, int64_t now) {
     char cmd[128];
     size_t n = proc_fd >= 0 ? pt_cmdline(proc_fd, (int)p->pid, cmd, sizeof cmd) : 0;
-    put_str("# proc t_ns=");
-    put_u64((uint64_t)now);
-    put_str(" pid=");
-    put_u64((uint64_t)p->pid);
-    put_str(" ppid=");
-    put_u64((uint64_t)(p->ppid > 0 ? p->ppid : 0));
-    put_str("\tcomm=");
-    put_str(p->comm);
-    put_str("\tcmd=");
-    memcpy(out_buf + out_len, cmd, n);
-    out_len += n;
-    put_comm_eol("");
+    out_len += pt_proc_line(out_buf + out_len, PT_LINE_CAP, (uint64_t)now, p->pid, p->ppid, p->comm, cmd, n);
+    if (out_len > OUT_CAP - 4096) /* room for the next line, as put_comm_eol leaves it */
+        flush_out();
 }
 
 /* "# proc_end pid=P first_ns=F last_ns=L gone=0|1" */
@@ -465,7 +450,7 @@ static void add_proc(long pid, long ppid, const char *comm) {
     memset(p, 0, sizeof *p);
     p->pid = pid;
     p->ppid = ppid;
-    p->task_dir_fd = p->listed_threads = -1;
+    p->listed_threads = -1;
     snprintf(p->task_dir, sizeof p->task_dir, "/proc/%ld/task", pid);
     snprintf(p->comm, sizeof p->comm, "%s", comm);
 }
@@ -506,8 +491,8 @@ static void list_tree(int64_t now) {
         } else {
             put_proc_end(p, 1);
         }
-        if (p->task_dir_fd >= 0)
-            close(p->task_dir_fd);
+        if (p->tasks)
+            closedir(p->tasks);
         procs[i] = procs[--n_procs];
     }
 }

@@ -1,7 +1,8 @@
 /*
- * proctree.h -- the step's process tree, for the thread sampler (sampler.c) and the counters reader (counters.c):
- * which processes descend from the step's process, found by a scan of /proc. Linux only; header-only (static
- * functions), so each tool stays one compilation unit.
+ * proctree.h -- the one walker of /proc for the thread sampler (sampler_linux.c) and the counters reader
+ * (counters.c): which processes descend from the step's process (pt_scan), the threads of each (pt_tasks_*), and
+ * the "# proc" line both write for a process of the tree (pt_proc_line). Linux only; header-only (static
+ * functions, each used by both tools), so the build stays one command per tool.
  *
  * How: a pid whose parent is followed -- or is found in the same scan, so a child and its grandchild that appeared
  * together are both taken -- is a descendant. Listing /proc costs ~400 us here (150 processes: procfs builds a
@@ -29,10 +30,14 @@
 #define HARNESS_PROCTREE_H
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PT_COMM_CAP 64
@@ -280,6 +285,81 @@ static int pt_scan(struct proctree *pt, pt_followed_fn followed, pt_found_fn fou
         pt->cap_seen = cap;
     }
     return taken;
+}
+
+/* ------------------------------------------------------------------------------- the threads of one process */
+
+/* A process's task directory (rel under dirfd: "task" under its /proc/PID, or an absolute /proc/PID/task with
+ * AT_FDCWD), kept open by the caller: bound to that process even if its pid is reused, its link count tells the
+ * thread count, and rewinding it lists the threads anew. NULL when it cannot be opened (the process has gone). */
+static DIR *pt_tasks_open(int dirfd, const char *rel)
+{
+    DIR *dir;
+    int fd;
+    do {
+        fd = openat(dirfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0)
+        return NULL;
+    dir = fdopendir(fd);
+    if (!dir)
+        close(fd);
+    return dir;
+}
+
+/* The thread count from the task directory's link count (2 + threads): an fstat, far cheaper than listing it; -1
+ * when it does not tell (the process has been reaped, or a file system that counts no links). */
+static long pt_task_count(DIR *tasks)
+{
+    struct stat st;
+    if (fstat(dirfd(tasks), &st) != 0 || st.st_nlink < 2)
+        return -1;
+    return (long)st.st_nlink - 2;
+}
+
+/* The tids listed in the task directory now (procfs lists the threads anew; a reaped process lists none), in
+ * listing order, into *tids (grown as needed; on no memory, those listed so far); their number. */
+static long pt_tasks_list(DIR *tasks, int **tids, size_t *cap)
+{
+    struct dirent *de;
+    size_t n = 0;
+    rewinddir(tasks);
+    while ((de = readdir(tasks)) != NULL) {
+        const char *s = de->d_name;
+        long v = 0;
+        if (*s < '0' || *s > '9')
+            continue;
+        for (; *s >= '0' && *s <= '9' && v < 0x7fffffffL / 10; s++)
+            v = v * 10 + (*s - '0');
+        if (*s)
+            continue;
+        if (pt_grow((void **)tids, cap, n + 1, sizeof **tids))
+            break;
+        (*tids)[n++] = (int)v;
+    }
+    return (long)n;
+}
+
+/* ------------------------------------------------------------------------------------------- the tree's lines */
+
+#define PT_LINE_CAP 384 /* a "# proc" line: its numbers, a comm of PT_COMM_CAP, a cmd of at most 128 bytes */
+
+/* "# proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS\n" into buf (comm and cmd are TAB-separated: they may hold
+ * spaces; both come from pt_stat and pt_cmdline, control characters already '?'); its length. ppid <= 0: 0. */
+static size_t pt_proc_line(char *buf, size_t cap, uint64_t t_ns, long pid, long ppid, const char *comm,
+                           const char *cmd, size_t ncmd)
+{
+    int n = snprintf(buf, cap, "# proc t_ns=%" PRIu64 " pid=%ld ppid=%ld\tcomm=%s\tcmd=", t_ns, pid,
+                     ppid > 0 ? ppid : 0L, comm);
+    size_t len = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+    if (ncmd > cap - 1 - len)
+        ncmd = cap - 1 - len;
+    memcpy(buf + len, cmd, ncmd);
+    len += ncmd;
+    if (len < cap - 1)
+        buf[len++] = '\n';
+    buf[len] = '\0';
+    return len;
 }
 
 #endif

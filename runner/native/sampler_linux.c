@@ -247,12 +247,6 @@ static void task_close(struct task *t)
     t->tid = -1;
 }
 
-static int cmp_int(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
-
 static int task_open(int dfd, int tid, struct task *t)
 {
     char rel[32];
@@ -275,57 +269,16 @@ static int task_open(int dfd, int tid, struct task *t)
     return 0;
 }
 
-/* The thread count from the task directory's link count (2 + threads); -1 when it does not tell. */
-static long task_count(struct threads_ctx *c)
-{
-    struct stat st;
-    if (fstat(dirfd(c->taskdir), &st) != 0 || st.st_nlink < 2)
-        return -1;
-    return (long)st.st_nlink - 2;
-}
-
-/* The tids listed in /proc/PID/task, ascending, into c->tids; their number, or -1 when the directory cannot be
- * opened (the process has been reaped before the first scan). */
+/* The tids listed in /proc/PID/task (proctree.h), ascending, into c->tids; their number, or -1 when the directory
+ * cannot be opened (the process has been reaped before the first scan). */
 static long list_tids(struct threads_ctx *c)
 {
-    struct dirent *de;
-    size_t n = 0;
-    if (!c->taskdir) {
-        int taskfd;
-        do {
-            taskfd = openat(c->pid_dirfd, "task", O_RDONLY | O_DIRECTORY);
-        } while (taskfd < 0 && errno == EINTR);
-        if (taskfd < 0)
-            return -1;
-        c->taskdir = fdopendir(taskfd);
-        if (!c->taskdir) {
-            close(taskfd);
-            return -1;
-        }
-    } else {
-        rewinddir(c->taskdir); /* procfs lists the threads anew; a reaped process lists none */
-    }
-    while ((de = readdir(c->taskdir)) != NULL) {
-        const char *s = de->d_name;
-        long v = 0;
-        if (*s < '0' || *s > '9')
-            continue;
-        for (; *s >= '0' && *s <= '9' && v < 0x7fffffffL / 10; s++)
-            v = v * 10 + (*s - '0');
-        if (*s)
-            continue;
-        if (n == c->tids_cap) {
-            size_t cap = c->tids_cap ? c->tids_cap * 2 : 64;
-            int *p = realloc(c->tids, cap * sizeof *p);
-            if (!p)
-                break;
-            c->tids = p;
-            c->tids_cap = cap;
-        }
-        c->tids[n++] = (int)v;
-    }
-    qsort(c->tids, n, sizeof *c->tids, cmp_int);
-    return (long)n;
+    long n;
+    if (!c->taskdir && !(c->taskdir = pt_tasks_open(c->pid_dirfd, "task")))
+        return -1;
+    n = pt_tasks_list(c->taskdir, &c->tids, &c->tids_cap);
+    qsort(c->tids, (size_t)n, sizeof *c->tids, pt_cmp);
+    return n;
 }
 
 /* Re-list /proc/PID/task: keep the fds (and last readings) of known threads, open new ones, close vanished ones.
@@ -341,7 +294,7 @@ static int threads_scan(struct threads_ctx *c)
     n = (size_t)listed;
     /* can the link count stand in for the listing? procfs: yes, unless a thread came or went in between (then
      * the next scan, ~100 ms later, asks again); a fake tree on some file systems: never */
-    c->count_ok = task_count(c) == listed;
+    c->count_ok = pt_task_count(c->taskdir) == listed;
     c->scan_every = c->count_ok ? c->fallback_every : c->flush_every;
     nt = malloc((n ? n : 1) * sizeof *nt);
     if (!nt)
@@ -750,7 +703,7 @@ static int threads_sample(void *vctx, uint64_t t)
         c->since_flush = 0;
         for (i = 0; i < c->ntasks; i++)
             c->tasks[i].nfds = 0;
-        if (c->count_ok && task_count(c) != (long)c->ntasks)
+        if (c->count_ok && pt_task_count(c->taskdir) != (long)c->ntasks)
             c->since_scan = c->scan_every; /* rescan now (and read stat: new threads' first samples do anyway) */
     }
     if (c->need_scan || ++c->since_scan >= c->scan_every) {
@@ -854,22 +807,12 @@ static void proc_free(struct threads_ctx *c)
 /* "# proc t_ns=T pid=P ppid=Q\tcomm=COMM\tcmd=ARGS": comm and cmd are TAB-separated (they may hold spaces) */
 static void proc_announce(struct threads_ctx *c, uint64_t t)
 {
-    char cmd[128];
+    char cmd[128], line[PT_LINE_CAP];
     size_t n = pt_cmdline(c->pid_dirfd, -1, cmd, sizeof cmd);
     if (!c->announced)
         c->first_ns = t;
     c->announced = 1;
-    out_str("# proc t_ns=");
-    out_u64(t);
-    out_str(" pid=");
-    out_u64((uint64_t)c->pid);
-    out_str(" ppid=");
-    out_u64((uint64_t)(c->ppid > 0 ? c->ppid : 0));
-    out_str("\tcomm=");
-    out_str(c->comm);
-    out_str("\tcmd=");
-    out_mem(cmd, n);
-    out_char('\n');
+    out_mem(line, pt_proc_line(line, sizeof line, t, c->pid, c->ppid, c->comm, cmd, n));
 }
 
 static void proc_end(const struct threads_ctx *c, int gone) { write_proc_end(c->pid, c->first_ns, c->last_ns, gone); }
