@@ -1,7 +1,8 @@
 """The wall time of ``harness bisect`` on the test repository (tests/test_bisect.py): 8 revisions of tinystream,
-the sleep per token added at r5, 5 interleaved rounds per build, on a private local target.
+the sleep per token added at r5, 6 interleaved rounds per build (one stalled run still leaves p < 0.01), on a
+private local target.
 
-Prints the wall time of the whole bisect, of each session (campaign: midpoint build + 15 runs) and the answer line.
+Prints the wall time of the whole bisect, its sessions (campaigns: a midpoint build + 18 runs) and the answer line.
 The first session also builds good and bad; later ones find them in the build cache.
 
     .venv/bin/python bench/bisect_wall.py [--rounds N]
@@ -26,7 +27,7 @@ def main() -> int:
     from tests.test_bisect import SLOW_AT, engine_repository, experiment
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bisect-bench-", dir=private_base()))
     try:

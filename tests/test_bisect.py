@@ -46,7 +46,7 @@ def engine_repository(where: Path, slow_at: int | None = SLOW_AT) -> list[str]:
     return commits
 
 
-def experiment(tmp_path: Path, repo: Path, commit: str, rounds: int = 5) -> Path:
+def experiment(tmp_path: Path, repo: Path, commit: str, rounds: int = 6) -> Path:
     """tinystream on a small synthetic model, its build from ``repo``; ``rounds`` interleaved rounds per build."""
     import yaml
 
