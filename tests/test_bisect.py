@@ -47,15 +47,12 @@ def engine_repository(where: Path, slow_at: int | None = SLOW_AT) -> list[str]:
 
 
 def experiment(tmp_path: Path, repo: Path, commit: str, rounds: int = 6) -> Path:
-    """tinystream on a small synthetic model, its build from ``repo``; ``rounds`` interleaved rounds per build."""
-    import yaml
-
-    declaration = yaml.safe_load((REPO / "engines" / "tinystream.yaml").read_text())
+    """tinystream (the shipped engines/tinystream.yaml) on a small synthetic model, its build from ``repo``;
+    ``rounds`` interleaved rounds per build."""
     path = tmp_path / "bisect.yaml"
     path.write_text(json.dumps({
         "name": "bisect-tinystream", "validity": "off", "cache": "none", "rounds": rounds,
         "model": {"synth": {"layers": 2, "experts": 8, "used": 2, "quant": "q4_0"}},
-        "engines": {"tinystream": declaration},
         "builds": {"engine": {"engine": "tinystream", "source": {"git": str(repo), "commit": commit}}},
         "steps": [{"run": {"engine": "tinystream", "n_predict": 6}}]}))
     return path
