@@ -21,7 +21,8 @@ test-fast: setup
 setup: system-deps venv native
 
 # Missing system tools: installed with apt when running as root, otherwise one clear message.
-# adb (the real adb host server the adb transport tests use) is optional: without it those tests skip.
+# adb (the real adb host server the adb transport tests use) is optional: without it those tests skip; so is
+# ccache (runner/enginebuild builds through it when present).
 system-deps:
 	@missing=""; \
 	command -v fio >/dev/null || missing="$$missing fio"; \
@@ -51,7 +52,9 @@ system-deps:
 	  fi; \
 	}; \
 	optional bpftrace "the offcpu ground-truth collector and its tests" "the offcpu collector tests"; \
-	optional adb "the real adb server for the adb transport tests" "the adb transport tests"
+	optional adb "the real adb server for the adb transport tests" "the adb transport tests"; \
+	optional ccache "the compiler cache engine builds go through (a one-patch rebuild in seconds)" \
+	  "the compiler cache of engine builds"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

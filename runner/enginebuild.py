@@ -86,6 +86,21 @@ def build_env(src):
     return dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(src), LC_ALL="C")
 
 
+def compiler_cache(key_dir):
+    """(cmake arguments, environment, record) that build through ccache when it is installed (and
+    ``HARNESS_CCACHE`` is not ``off``): its cache in ``<build cache>/ccache`` and its base directory the build's
+    own directory, so the absolute paths of two private copies of one tree (``<key>/src``, ``<key>/build``) hash
+    alike and a tree that differs by one patch recompiles only what the patch touched. Never part of the cache key:
+    it changes how fast a build is, not what it builds."""
+    ccache = shutil.which("ccache")
+    if ccache is None or os.environ.get("HARNESS_CCACHE", "").lower() in ("0", "off", "no"):
+        return [], {}, None
+    directory = os.path.join(os.path.dirname(os.path.abspath(key_dir)), "ccache")
+    env = {"CCACHE_DIR": directory, "CCACHE_BASEDIR": os.path.abspath(key_dir), "CCACHE_NOHASHDIR": "1"}
+    args = ["-DCMAKE_C_COMPILER_LAUNCHER=%s" % ccache, "-DCMAKE_CXX_COMPILER_LAUNCHER=%s" % ccache]
+    return args, env, {"path": ccache, "version": _first_line([ccache, "--version"]), "dir": directory}
+
+
 def _run_logged(cmd, cwd, env, log):
     with open(log, "a") as out:
         out.write("\n$ %s\n" % " ".join(cmd))
@@ -197,7 +212,8 @@ def _build(tree, identity, commit, flags, patches, compiler, key, key_dir, targe
     configure = list(flags)
     if commit:  # the copy has no .git, so tell build-info what `git rev-parse --short` would have
         configure.append("-DLLAMA_BUILD_COMMIT=%s" % commit[:7])
-    env = build_env(src)
+    launcher, cache_env, ccache = compiler_cache(key_dir)
+    env = dict(build_env(src), **cache_env)
     started = time.monotonic()
     previous = _previous_targets(key_dir)
     if previous is not None and os.path.isfile(os.path.join(bld, "CMakeCache.txt")):
@@ -214,7 +230,7 @@ def _build(tree, identity, commit, flags, patches, compiler, key, key_dir, targe
         copy_tree(tree, src)
         apply_patches([path for path, _sha in patches], src, logf)
         say("llama.cpp build %s: cmake configure (log: %s)" % (key[:12], logf))
-        if _run_logged(["cmake", "-S", src, "-B", bld] + configure, key_dir, env, logf):
+        if _run_logged(["cmake", "-S", src, "-B", bld] + configure + launcher, key_dir, env, logf):
             raise EngineBuildError("llama.cpp cmake configure failed (flags: %s); log: %s" % (" ".join(flags), logf))
     say("llama.cpp build %s: compiling %s with %d jobs" % (key[:12], ", ".join(targets), jobs))
     cmd = ["cmake", "--build", bld, "--config", "Release", "-j", str(jobs), "--target"] + targets
@@ -229,7 +245,7 @@ def _build(tree, identity, commit, flags, patches, compiler, key, key_dir, targe
     info = {
         "key": key, "dir": key_dir, "source": identity, "source_dir": tree, "commit": commit,
         "cmake_flags": configure, "patches": [{"path": path, "sha256": sha} for path, sha in patches],
-        "compiler": compiler, "binaries": binaries,
+        "compiler": compiler, "compiler_cache": ccache, "binaries": binaries,
         "binary_sha256": {t: sha256_file(b) for t, b in binaries.items()},
         "versions": {t: _version(b) for t, b in binaries.items()},
         "build_seconds": round(time.monotonic() - started, 1),

@@ -4,14 +4,21 @@ every mistake is one line at its place (exit 2)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.campaign.plan import build_plan
 from harness.campaign.resolve import load_resolved
 from harness.results.cell import CellKey
-from tests.helpers import cli_in_process
+from tests.helpers import REPO, cli_in_process, run_campaign
+from tests.sshd import sshd_unavailable
 
 TWO_BUILDS = """\
 name: two-builds
@@ -169,13 +176,331 @@ def test_build_source_replaces_only_the_named_builds_source(tmp_path: Path) -> N
     ("strategies=path:/no/such/dir", "/no/such/dir is not a directory"),
     ("head=path:.", "has no build 'head' (builds: base, strategies)"),
 ])
-def test_a_bad_build_source_is_one_line_exit_2(tmp_path: Path, value: str, expected: str) -> None:
+def test_a_bad_build_source_is_one_line_naming_the_value(tmp_path: Path, value: str, expected: str) -> None:
+    from harness.config.buildsource import with_build_sources
+    from harness.errors import UsageError
+
+    path = tmp_path / "e.yaml"
+    path.write_text(TWO_BUILDS)
+    with pytest.raises(UsageError) as raised:
+        with_build_sources(load_resolved(path), [value])
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith(f"--build-source {value!r}: ") and expected in message
+    assert raised.value.exit_code == 2
+
+
+def test_harness_run_refuses_a_bad_build_source_in_one_line_exit_2(tmp_path: Path) -> None:
     from tests.helpers import run_cli
 
     path = tmp_path / "e.yaml"
     path.write_text(TWO_BUILDS)
-    done = run_cli("run", str(path), "--build-source", value, cwd=tmp_path)
+    done = run_cli("run", str(path), "--build-source", "strategies=git:https://example.org/x@main", cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: --build-source {value!r}: "), done.stderr
-    assert expected in lines[0]
+    assert done.stderr.strip().splitlines() == [
+        "error: --build-source 'strategies=git:https://example.org/x@main': a git source needs a commit as URL@SHA "
+        "(7 to 40 hex digits; a branch name would make the build irreproducible)"]
+
+
+# ------------------------------------------------------------------------------------------ campaigns (slow)
+
+TINY = REPO / "tests" / "data" / "engines" / "tiny"  # a few lines of C, built with cc (SOURCE.md)
+TINY_ENGINE = {
+    "build": {"commands": [["cc", "-O2", "-o", "{build_dir}/tiny", "{source_dir}/engine.c"]]},
+    "binary": "{build_dir}/tiny",
+    "run": ["{binary}", "{model}", "{n_predict}"],
+    "extract": [
+        {"table": "requests", "source": "stderr",
+         "regex": r"eval time = +(?P<ms>[\d.]+) ms / +(?P<n>\d+) runs .* (?P<tps>[\d.]+) tokens per second",
+         "columns": {"predicted_ms": "ms", "predicted_n": "n", "decode_tps": "tps"}},
+        {"table": "requests", "source": "stdout", "regex": r"tiny (?P<variant>\w+): (?P<bytes>\d+) bytes",
+         "columns": {"variant": "variant", "read_bytes": "bytes"}}],
+}
+
+
+def tiny_experiment(builds: dict[str, dict[str, Any]], rounds: int = 1) -> str:
+    return json.dumps({
+        "name": "tiny-builds", "cache": "none", "validity": "off", "rounds": rounds,
+        "files": {"model": {"create": "1M"}}, "engines": {"tiny": TINY_ENGINE}, "builds": builds,
+        "matrix": {"build": list(builds), "tokens": [4, 8]},
+        "steps": [{"run": {"engine": "tiny", "model": "model", "n_predict": "{tokens}"}}]})
+
+
+def campaign(tmp_path: Path, text: str, *args: str) -> Any:  # noqa: ANN401 - a ResultSet
+    from harness.results.loader import load_result_set
+
+    exp = tmp_path / "e.yaml"
+    exp.write_text(text)
+    results = tmp_path / f"results-{len(list(tmp_path.glob('results-*')))}"
+    done = run_campaign(str(exp), "--results", str(results), *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return load_result_set(next(results.iterdir()))
+
+
+def builds_of(rs: Any) -> dict[str, Any]:  # noqa: ANN401
+    manifest = json.loads((rs.path / "manifest.json").read_text())
+    return manifest["targets"][0]["builds"]
+
+
+def variants_by_build(rs: Any) -> dict[str, set[str]]:  # noqa: ANN401
+    runs = rs.table("runs")[["run_id", "build"]]
+    joined = rs.table("requests").merge(runs, on="run_id")
+    return {build: set(group["variant"]) for build, group in joined.groupby("build")}
+
+
+def own_copy(tmp_path: Path) -> Path:
+    """The tiny engine's tree at a path of this test's own: its builds are keyed by it, so they are new here."""
+    tree = tmp_path / "tiny"
+    tree.mkdir()
+    shutil.copy(TINY / "engine.c", tree / "engine.c")
+    return tree
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@example.org", "-c", "user.name=t", *args],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@pytest.mark.slow
+def test_two_builds_interleaved_recorded_cached_and_a_changed_patch_is_a_new_build(tmp_path: Path) -> None:
+    tree = own_copy(tmp_path)
+    builds: dict[str, dict[str, Any]] = {"base": {"engine": "tiny", "source": {"path": str(tree)}},
+              "patched": {"engine": "tiny", "source": {"path": str(tree)}, "patches": [str(TINY / "variant.patch")]}}
+    rs = campaign(tmp_path, tiny_experiment(builds, rounds=2))
+    runs = rs.table("runs").sort_values("index")
+    assert list(runs["build"]) == ["base", "base", "patched", "patched"] * 2  # interleaved, round after round
+    assert list(runs["variant"])[:3] == ["run build=base tokens=4 none", "run build=base tokens=8 none",
+                                         "run build=patched tokens=4 none"]
+    assert variants_by_build(rs) == {"base": {"base"}, "patched": {"patched"}}  # each cell ran its own binary
+    first = builds_of(rs)
+    assert set(first) == {"base", "patched"}
+    base, patched = first["base"], first["patched"]
+    assert base["engine"] == "tiny" and base["source"]["kind"] == "path" and base["source"]["path"] == str(tree)
+    assert base["patches"] == [] and not base["cached"] and not patched["cached"]
+    assert patched["patches"] == [{"path": str(TINY / "variant.patch"),
+                                   "sha256": hashlib.sha256((TINY / "variant.patch").read_bytes()).hexdigest()}]
+    assert base["key"] != patched["key"]
+    assert base["binaries"]["tiny"]["sha256"] != patched["binaries"]["tiny"]["sha256"]
+    for build in (base, patched):
+        binary = Path(build["binaries"]["tiny"]["path"])
+        assert hashlib.sha256(binary.read_bytes()).hexdigest() == build["binaries"]["tiny"]["sha256"]
+    query = cli_in_process("results", "query", "select build, count(*) as n from runs group by build order by build",
+                           "--results", str(rs.path.parent), "--format", "csv")
+    assert query.returncode == 0 and query.stdout.split() == ["build,n", "base,4", "patched,4"], query.stdout
+
+    # the same inputs again: both builds come from the cache, unchanged
+    again = builds_of(campaign(tmp_path, tiny_experiment(builds)))
+    assert again["base"]["cached"] and again["patched"]["cached"]
+    assert {k: v["key"] for k, v in again.items()} == {k: v["key"] for k, v in first.items()}
+    assert again["patched"]["binaries"] == patched["binaries"]
+
+    # another patch (a real `git diff` of the tree): a new build of its own key; the base build still cached
+    repo = tmp_path / "repo"
+    shutil.copytree(tree, repo)
+    git(repo, "init", "-q")
+    git(repo, "add", "engine.c")
+    git(repo, "commit", "-qm", "base")
+    text = (repo / "engine.c").read_text()
+    (repo / "engine.c").write_text(text.replace('#define VARIANT "base"', '#define VARIANT "other"'))
+    (tmp_path / "other.patch").write_text(git(repo, "diff") + "\n")
+    builds["patched"]["patches"] = [str(tmp_path / "other.patch")]
+    rs = campaign(tmp_path, tiny_experiment(builds))
+    changed = builds_of(rs)
+    assert changed["base"]["cached"] and changed["base"]["key"] == base["key"]
+    assert not changed["patched"]["cached"] and changed["patched"]["key"] not in (base["key"], patched["key"])
+    assert variants_by_build(rs) == {"base": {"base"}, "patched": {"other"}}
+
+
+@pytest.mark.slow
+def test_build_source_builds_another_commit_and_the_manifest_says_which(tmp_path: Path) -> None:
+    repo = own_copy(tmp_path)
+    git(repo, "init", "-q")
+    git(repo, "add", "engine.c")
+    git(repo, "commit", "-qm", "base")
+    good = git(repo, "rev-parse", "HEAD")
+    subprocess.run(["git", "-C", str(repo), "apply", str(TINY / "variant.patch")], check=True)
+    git(repo, "commit", "-qam", "patched")
+    bad = git(repo, "rev-parse", "HEAD")
+    builds: dict[str, dict[str, Any]] = {"good": {"engine": "tiny", "source": {"git": str(repo), "commit": good}},
+              "head": {"engine": "tiny", "source": {"git": str(repo), "commit": good}}}
+    rs = campaign(tmp_path, tiny_experiment(builds), "--build-source", f"head=git:{repo}@{bad[:10]}")
+    recorded = builds_of(rs)
+    assert recorded["good"]["source"] == {"kind": "git", "url": str(repo), "commit": good}
+    assert recorded["head"]["source"] == {"kind": "git", "url": str(repo), "commit": bad}  # the full commit built
+    assert recorded["head"]["commit"] == bad
+    assert variants_by_build(rs) == {"good": {"base"}, "head": {"patched"}}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed (make setup installs it)")
+def test_ccache_serves_the_untouched_files_of_a_patched_copy_and_leaves_the_key_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two private copies of one cmake tree (two build keys) share ccache hits: the patched copy recompiles only the
+    file its patch touches. The key is the same with ccache off and on."""
+    from runner import enginebuild
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.10)\nproject(pair C)\n"
+                                         "add_executable(pair main.c util.c)\n")
+    (tree / "util.c").write_text("int util(int x) { return 2 * x; }\n")
+    (tree / "main.c").write_text("#include <stdio.h>\nint util(int);\nint main(void) { printf(\"%d\\n\", util(1)); "
+                                 "return 0; }\n")
+    patch = tmp_path / "main.patch"
+    patch.write_text("--- a/main.c\n+++ b/main.c\n@@ -1,3 +1,3 @@\n #include <stdio.h>\n int util(int);\n"
+                     "-int main(void) { printf(\"%d\\n\", util(1)); return 0; }\n"
+                     "+int main(void) { printf(\"%d\\n\", util(2)); return 0; }\n")
+    identity = {"kind": "path", "path": str(tree)}
+
+    def build(cache: Path, patches: list[Path]) -> dict[str, Any]:
+        return enginebuild.build_cached(str(tree), identity, None, ["-DCMAKE_BUILD_TYPE=Release"],
+                                        [(str(p), enginebuild.sha256_file(str(p))) for p in patches], str(cache),
+                                        ["pair"], 1, say=lambda line: None)
+
+    monkeypatch.setenv("HARNESS_CCACHE", "off")
+    plain = build(tmp_path / "plain", [])
+    monkeypatch.delenv("HARNESS_CCACHE")
+    first = build(tmp_path / "cached", [])
+    assert plain["key"] == first["key"] and plain["compiler_cache"] is None
+    assert first["compiler_cache"]["dir"] == str(tmp_path / "cached" / "ccache")
+    patched = build(tmp_path / "cached", [patch])
+    assert patched["key"] != first["key"]
+    assert subprocess.run([patched["binaries"]["pair"]], capture_output=True, text=True).stdout == "4\n"
+    stats = dict(line.split("\t", 1) for line in subprocess.run(
+        ["ccache", "--print-stats"], capture_output=True, text=True, check=True,
+        env={**os.environ, "CCACHE_DIR": first["compiler_cache"]["dir"]}).stdout.splitlines())
+    # first build: 2 misses; the patched copy: util.c a hit (its absolute paths differ), main.c a miss
+    assert int(stats["cache_miss"]) == 3
+    assert int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"]) == 1
+
+
+def test_a_run_gets_its_builds_binaries_and_no_default_build_is_made_for_it(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from harness.campaign import builds
+    from harness.campaign.context import CampaignContext, QuietProgress
+    from harness.campaign.spec import build_spec
+
+    text = TWO_BUILDS.replace("  - fio:", "  - equivalence: {a: {build: base}, b: {build: strategies}, prompts: [hi]}\n"
+                                         "    over: []\n  - fio:")
+    plan = plan_of(tmp_path, text)
+    ctx = CampaignContext(plan, [], QuietProgress())
+    assert builds.default_engines(ctx.experiment, plan.runs) == set()  # every llama.cpp run runs a named build
+    assert set(builds.builds_needed(ctx.experiment, plan.runs)) == {"base", "strategies"}
+    target = SimpleNamespace(name="board", block_device="vda")
+    session = SimpleNamespace(target=target, native_bin="/w/native", engines={
+        "llama.cpp": {"binaries": {"llama-bench": "/w/default/bin/llama-bench"}, "commit": "c0"}})
+    ctx.target_builds["board"] = {name: {"binaries": {"llama-bench": f"/w/{name}/bin/llama-bench"}, "commit": name}
+                                  for name in ("base", "strategies")}
+    files = {"model": "/models/m.gguf"}
+    by_kind: dict[str, list[Any]] = {}
+    for run in plan.runs:
+        # a SimpleNamespace stands for the TargetSession: build_spec reads only these attributes of it
+        by_kind.setdefault(run.step, []).append(build_spec(ctx, session, run, files, "/w/runs/x"))  # type: ignore[arg-type]
+    assert [spec["engines"]["llama.cpp"]["bin_dir"] for spec in by_kind["llama-bench"][:4]] == [
+        "/w/base/bin", "/w/base/bin", "/w/strategies/bin", "/w/strategies/bin"]
+    assert by_kind["fio"][0]["engines"]["llama.cpp"]["bin_dir"] == "/w/default/bin"  # no build: as before
+    sides = by_kind["equivalence"][0]["step"]["sides"]
+    assert (sides["a"]["bin_dir"], sides["b"]["bin_dir"]) == ("/w/base/bin", "/w/strategies/bin")
+
+
+# A llama.cpp-shaped tree (CMakeLists.txt + ggml/) of two tiny programs named like llama.cpp's tools: builds of
+# the llama.cpp engine in seconds, never llama.cpp itself twice (the suite's time budget).
+FAKE_LLAMA_CMAKE = """cmake_minimum_required(VERSION 3.10)
+project(fake C)
+set(LLAMA_BUILD_COMMIT "unknown" CACHE STRING "")
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+foreach(t llama-bench llama-server)
+  add_executable(${t} main.c)
+endforeach()
+"""
+FAKE_LLAMA_MAIN = '#include <stdio.h>\nint main(void) { puts("base"); return 0; }\n'
+FAKE_LLAMA_PATCH = """--- a/main.c
++++ b/main.c
+@@ -1,2 +1,2 @@
+ #include <stdio.h>
+-int main(void) { puts("base"); return 0; }
++int main(void) { puts("strategies"); return 0; }
+"""
+
+
+def fake_llama_experiment(tmp_path: Path) -> str:
+    tree = tmp_path / "fake-llama"
+    (tree / "ggml").mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text(FAKE_LLAMA_CMAKE)
+    (tree / "main.c").write_text(FAKE_LLAMA_MAIN)
+    (tmp_path / "strategies.patch").write_text(FAKE_LLAMA_PATCH)
+    return TWO_BUILDS.replace("model: /models/m.gguf", "files:\n  model: {create: 1M}").replace(
+        "  base: {engine: llama.cpp}", f"  base: {{engine: llama.cpp, source: {{path: {tree}}}}}").replace(
+        "  strategies: {engine: llama.cpp, patches: [p.patch]}",
+        f"  strategies: {{engine: llama.cpp, source: {{path: {tree}}}, patches: [strategies.patch]}}")
+
+
+@pytest.mark.slow
+def test_two_llamacpp_builds_are_built_here_once_each_and_no_default_build(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.boards.inventory import load_target
+    from harness.campaign import builds, prepare
+    from harness.campaign.context import CampaignContext, QuietProgress
+    from harness.campaign.preflight import prepare_engines_and_models
+
+    monkeypatch.setattr(prepare, "BUILD_CACHE", tmp_path / "cache")
+    plan = plan_of(tmp_path, fake_llama_experiment(tmp_path))
+    ctx = CampaignContext(plan, [load_target(REPO / "targets" / "local.yaml")], QuietProgress())
+    prepare_engines_and_models(ctx)
+    assert ctx.engine_specs == {} and ctx.builds == {}  # every llama.cpp run runs a named build
+    made = builds.identities(ctx, "local")
+    assert set(made) == {"base", "strategies"} and made["base"]["key"] != made["strategies"]["key"]
+    assert made["strategies"]["patches"][0]["path"] == str(tmp_path / "strategies.patch")
+    outputs = {name: subprocess.run([identity["binaries"]["llama-bench"]["path"]], capture_output=True,
+                                    text=True).stdout for name, identity in made.items()}
+    assert outputs == {"base": "base\n", "strategies": "strategies\n"}
+    assert all(str(tmp_path / "cache") in identity["binaries"]["llama-server"]["path"] for identity in made.values())
+    # a second campaign's preflight finds both in the cache
+    again = CampaignContext(plan, ctx.targets, QuietProgress())
+    prepare_engines_and_models(again)
+    assert all(identity["cached"] for identity in builds.identities(again, "local").values())
+    assert not any(identity["cached"] for identity in made.values())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
+def test_a_board_builds_named_llamacpp_and_declared_builds_in_its_own_cache(sshd: Any, tmp_path: Path) -> None:
+    from harness.boards.inventory import load_target
+    from harness.boards.session import open_session
+    from harness.campaign import builds, declared
+    from harness.campaign.context import CampaignContext, QuietProgress
+
+    workdir = f"/var/tmp/harness-ssh-tests/builds-{os.getpid()}-{tmp_path.name}"
+    sshd.write_target(tmp_path / "targets", "board", workdir=workdir)
+    session = open_session(load_target(tmp_path / "targets" / "board.yaml"))
+    try:
+        plan = plan_of(tmp_path, fake_llama_experiment(tmp_path))
+        ctx = CampaignContext(plan, [session.target], QuietProgress())
+        builds.build_on_board(ctx, session, builds.builds_needed(ctx.experiment, plan.runs))
+        made = builds.identities(ctx, "board")
+        assert {name: made[name]["binaries"]["llama-bench"]["path"].startswith(f"{workdir}/cache/builds/")
+                for name in made} == {"base": True, "strategies": True}
+        assert made["base"]["key"] != made["strategies"]["key"] and not made["strategies"]["cached"]
+
+        # a declared engine's named build: its patched tree pushed once as an archive, built there by cc
+        tree = own_copy(tmp_path)
+        text = tiny_experiment({"patched": {"engine": "tiny", "source": {"path": str(tree)},
+                                            "patches": [str(TINY / "variant.patch")]}})
+        plan = plan_of(tmp_path, text)
+        ctx = CampaignContext(plan, [session.target], QuietProgress())
+        ctx.declared_sources = builds.prepare_declared_sources(ctx)
+        declared.prepare_on_target(ctx, session, {"model": "/dev/null"})
+        (identity,) = builds.identities(ctx, "board").values()
+        binary = identity["binaries"]["tiny"]["path"]
+        assert binary.startswith(f"{workdir}/cache/declared/{identity['key']}/") and not identity["cached"]
+        archive = f"{workdir}/cache/declared/sources/{ctx.declared_sources['patched'].key}.tar.gz"
+        assert session.transport.exists(archive)
+        ran = session.transport.run([binary, "/etc/hostname", "1"])
+        assert ran.stdout.decode().startswith("tiny patched: ")
+        ctx.target_builds.clear()
+        declared.prepare_on_target(ctx, session, {"model": "/dev/null"})  # a second time: the board's cache
+        assert builds.identities(ctx, "board")["patched"]["cached"]
+    finally:
+        session.close()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -57,7 +57,7 @@ class BuildInfo:
     source: dict[str, Any]
     source_dir: str                       # the pristine tree (holds e.g. models/ggml-vocab-*.gguf)
     commit: str | None
-    cmake_flags: list[str]                # exactly what cmake was configured with
+    cmake_flags: list[str]                # exactly what cmake was configured with (launcher: compiler_cache)
     patches: list[dict[str, str]]         # [{"path", "sha256"}] in application order
     compiler: str
     binaries: dict[str, str]              # target -> absolute path
@@ -67,6 +67,7 @@ class BuildInfo:
     built_at: str
     log: str
     unused_cmake_vars: list[str] = field(default_factory=list)
+    compiler_cache: dict[str, str] | None = None  # ccache it built through (path, version, dir); not in the key
     cached: bool = field(default=False, compare=False)  # True when served from the cache by this call
 
     def to_dict(self) -> dict[str, Any]:
