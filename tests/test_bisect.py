@@ -18,7 +18,7 @@ from tests.helpers import REPO, cli_in_process, private_base, private_targets_di
 
 SOURCE = REPO / "engines" / "tinystream" / "tinystream.c"
 SLOW_AT = 5  # the revision (1..7) that adds the sleep
-SLEEP = "        usleep(4000);  /* the regression under test: 4 ms more per token */\n"
+SLEEP = "        usleep(20000);  /* the regression under test: 20 ms more per token */\n"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -48,13 +48,14 @@ def engine_repository(where: Path, slow_at: int | None = SLOW_AT) -> list[str]:
 
 def experiment(tmp_path: Path, repo: Path, commit: str, rounds: int = 6) -> Path:
     """tinystream (the shipped engines/tinystream.yaml) on a small synthetic model, its build from ``repo``;
-    ``rounds`` interleaved rounds per build."""
+    ``rounds`` interleaved rounds per build. 16 tokens of 6 MiB of expert slices each make a run ~80 ms here, long
+    enough that scheduling noise on a shared machine stays near 15 % (a 6 ms run varied threefold)."""
     path = tmp_path / "bisect.yaml"
     path.write_text(json.dumps({
         "name": "bisect-tinystream", "validity": "off", "cache": "none", "rounds": rounds,
-        "model": {"synth": {"layers": 2, "experts": 8, "used": 2, "quant": "q4_0"}},
+        "model": {"synth": {"layers": 4, "experts": 8, "used": 2, "quant": "f16"}},
         "builds": {"engine": {"engine": "tinystream", "source": {"git": str(repo), "commit": commit}}},
-        "steps": [{"run": {"engine": "tinystream", "n_predict": 6}}]}))
+        "steps": [{"run": {"engine": "tinystream", "n_predict": 16}}]}))
     return path
 
 
@@ -105,6 +106,11 @@ needs_source_trees = pytest.mark.skipif(not _source_trees_for_declared_builds(),
                                         reason="builds do not give a declared engine its source tree yet")
 
 
+def _builds(set_path: Path) -> dict:
+    (target,) = json.loads((set_path / "manifest.json").read_text())["targets"]
+    return target["builds"]
+
+
 def _bisect(tmp_path: Path, exp: Path, good: str, bad: str) -> subprocess.CompletedProcess[str]:
     from tests.helpers import run_cli
 
@@ -127,12 +133,21 @@ def test_bisect_names_the_revision_that_slowed_the_engine(tmp_path: Path) -> Non
     assert re.fullmatch(rf"first bad revision: {short}\w* \(r{SLOW_AT}: sleep per token\) "
                         rf"\(after \w+ \(r{SLOW_AT - 1}\)\): decode_tps "
                         r"vs good x0\.\d{3} \[0\.\d{3}, 0\.\d{3}\] \(95 % CI\), p = [\d.e-]+; "
-                        r"[123] midpoint build\(s\) for 7 candidates", answer), answer
+                        r"[123] midpoint build\(s\) for 7 candidates(; [123] step\(s\) unclear, see the steps above)?",
+                        answer), answer
     (sets_line,) = [line for line in lines if line.startswith("sets: ")]
     sets = [Path(p) for p in sets_line.removeprefix("sets: ").split(", ")]
     assert 1 <= len(sets) <= 3 and all((path / "manifest.json").is_file() for path in sets)
     manifest = json.loads((sets[0] / "manifest.json").read_text())
     assert manifest["matrix"]["build"] == ["good", "bad", "mid"]
+    # each set records the commits it built: the first midpoint is r3; later sets find good and bad in the cache
+    firsts = _builds(sets[0])
+    assert {side: firsts[side]["commit"] for side in ("good", "bad", "mid")} == {
+        "good": commits[0], "bad": commits[7], "mid": commits[3]}
+    for path in sets[1:]:
+        later = _builds(path)
+        assert later["good"]["cached"] and later["bad"]["cached"]
+        assert later["good"]["key"] == firsts["good"]["key"] and later["mid"]["commit"] not in commits[::7]
     subprocess.run(["rm", "-rf", str(repo)], check=True)
 
 

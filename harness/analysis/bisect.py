@@ -85,7 +85,7 @@ class Outcome:
                     "nothing to bisect")
         assert self.first_bad is not None and self.last_good is not None
         unclear = sum(1 for step in self.steps if not step.clear)
-        caveat = f"; {unclear} step(s) unclear, see below" if unclear else ""
+        caveat = f"; {unclear} step(s) unclear, see the steps above" if unclear else ""
         return (f"first bad revision: {describe(self.first_bad)} (after {describe(self.last_good)}): {metric} "
                 f"vs good {numbers}; {self.midpoints} midpoint build(s) for {self.candidates} candidates{caveat}")
 

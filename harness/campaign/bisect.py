@@ -175,4 +175,4 @@ def focus_label(focus: Sequence[str] | None) -> str:
     if not focus:
         return ""
     target, step, test, rest = focus
-    return " ".join(part for part in (target, step, test, rest) if part)
+    return f"target {target}, step {step}" + (f", test {test}" if test else "") + f", cell '{rest}'"
