@@ -138,17 +138,6 @@ def test_a_file_that_is_not_a_gguf_is_one_line_and_exit_2(built: Path, tmp_path:
     assert done.returncode == 2 and done.stderr.strip().endswith("not a GGUF file (no GGUF magic at byte 0)")
 
 
-def tinystream_declaration(source_dir: Path) -> dict:
-    """engines/tinystream.yaml as an inline declaration whose build reads ``source_dir`` (until builds give a
-    declared engine its source tree, the repository's path is written in)."""
-    import yaml
-
-    data = yaml.safe_load((REPO / "engines" / "tinystream.yaml").read_text())
-    data["build"]["commands"] = [[a.replace("{source_dir}", str(source_dir)) for a in c]
-                                 for c in data["build"]["commands"]]
-    return data
-
-
 @pytest.mark.slow
 @needs_cgroups()
 def test_cold_under_a_small_budget_its_decode_rows_ingest_and_reads_reach_the_device(tmp_path: Path) -> None:
@@ -158,7 +147,9 @@ def test_cold_under_a_small_budget_its_decode_rows_ingest_and_reads_reach_the_de
     exp.write_text(json.dumps({
         "name": "tinystream", "validity": "off", "rounds": 2, "cache": "cold",
         "model": {"synth": {"layers": 4, "experts": 16, "used": 2, "hidden": 256, "quant": "q8_0"}},
-        "emulate": {"memory": "48M"}, "engines": {"tinystream": tinystream_declaration(SOURCE)},
+        "emulate": {"memory": "48M"},
+        # the shipped declaration, built from the repository's tree (a build's path: source is its {source_dir})
+        "builds": {"repo": {"engine": "tinystream", "source": {"path": str(SOURCE)}}},
         "collect": {"blockstat": {"period_ms": 10}},
         "steps": [{"run": {"engine": "tinystream", "n_predict": 8}}]}))
     results = private_base() / f"results-{tmp_path.name}"
