@@ -25,8 +25,9 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def engine_repository(where: Path, slow_at: int | None = SLOW_AT) -> list[str]:
-    """8 revisions of tinystream (r0 .. r7, oldest first); r``slow_at`` and every later one sleep per token."""
+def engine_repository(where: Path, slow_at: int | None = SLOW_AT, broken: int | None = None) -> list[str]:
+    """8 revisions of tinystream (r0 .. r7, oldest first); r``slow_at`` and every later one sleep per token;
+    r``broken`` alone does not compile."""
     where.mkdir(parents=True)
     _git(where, "init", "-q", "-b", "main")
     _git(where, "config", "user.email", "test@example.invalid")
@@ -39,6 +40,8 @@ def engine_repository(where: Path, slow_at: int | None = SLOW_AT) -> list[str]:
         body = text.replace("#define MAX_DIMS 4\n", f"#define MAX_DIMS 4\n#define REVISION {index}\n")
         if slow_at is not None and index >= slow_at:
             body = body.replace(anchor, anchor + SLEEP)
+        if index == broken:
+            body += "this line is not C\n"
         (where / "tinystream.c").write_text(body)
         _git(where, "add", "tinystream.c")
         _git(where, "commit", "-q", "-m", f"r{index}" + (": sleep per token" if index == slow_at else ""))
@@ -162,4 +165,17 @@ def test_good_equal_to_bad_stops_with_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     (answer,) = [line for line in done.stdout.splitlines() if "do not differ" in line]
     assert answer.startswith(f"good {commits[0][:7]}") and answer.endswith("nothing to bisect")
+    subprocess.run(["rm", "-rf", str(repo)], check=True)
+
+
+@pytest.mark.slow
+@needs_source_trees
+def test_a_midpoint_that_does_not_build_is_exit_3_naming_it(tmp_path: Path) -> None:
+    repo = private_base() / f"engine-{tmp_path.name}"
+    subprocess.run(["rm", "-rf", str(repo)], check=True)
+    commits = engine_repository(repo, broken=3)  # the first midpoint
+    done = _bisect(tmp_path, experiment(tmp_path, repo, commits[0]), commits[0], commits[7])
+    assert done.returncode == 3, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: bisect step 1 (mid {commits[3][:12]}): ") and "tinystream" in line, line
     subprocess.run(["rm", "-rf", str(repo)], check=True)

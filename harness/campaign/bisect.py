@@ -126,18 +126,21 @@ class Sessions:
         commits = {"good": self.good, "bad": self.bad, **({"mid": revision} if revision is not None else {})}
         plan = build_plan(step_experiment(self.loaded, self.spec, self.url, commits))
         campaign = Campaign(plan, self.targets, self.results, progress=self.progress, lease_wait_s=self.lease_wait_s)
+        which = f"bisect step {len(self.sets) + 1} (mid {revision[:12]})" if revision else "bisect step 1"
         try:
             result = campaign.run()
-        except HarnessError as exc:
-            raise InfrastructureError(f"bisect step {len(self.sets) + 1}: {exc}") from exc
+        except UsageError:
+            raise  # bad input stays bad input (exit 2)
+        except HarnessError as exc:  # a build that fails, a board gone: this step could not be measured
+            raise InfrastructureError(f"{which}: {exc}") from exc
         self.sets.append(result.path)
         if result.interrupted:
             raise KeyboardInterrupt
         bad = {status: n for status, n in result.statuses.items() if status != "ok"}
         if not result.complete or bad:
             said = ", ".join(f"{n} {status}" for status, n in sorted(bad.items())) or "incomplete"
-            raise InfrastructureError(f"bisect step {len(self.sets)}: set {result.path}: runs not ok ({said}); a "
-                                      "step not measured is neither good nor bad")
+            raise InfrastructureError(f"{which}: set {result.path}: runs not ok ({said}); a step not measured is "
+                                      "neither good nor bad")
         if self.on_session is not None:
             self.on_session(result.path)
         return self.read(result.path)
