@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config.experiment import LoadedExperiment, matrix_cells
+from harness.config.experiment import BUILD_AXIS, LoadedExperiment, matrix_cells
 from harness.config.template import render
 from harness.config.validate import validate
 from harness.errors import ConfigError
@@ -29,6 +29,9 @@ class Cell:
     config: Any  # the step's validated, rendered Config
     params: dict[str, Any]
     cache: str
+    # the entry of builds: the step's engine runs in this cell; None: the engine as engine: configures it (an
+    # experiment without builds:, a step without an engine, or one of another engine than the cell's build)
+    build: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,8 +112,9 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
             rendered = render(raw or {}, params, doc, loc)
             config = validate(step.Config, rendered, doc, loc)
             check_cell(step, config, loaded, loc)
+            build = cell_build(step, config, params, loaded, loc, BUILD_AXIS in over)
             for cache in step_caches:
-                cells.append(Cell(step_index, kind, label, config, params, cache))
+                cells.append(Cell(step_index, kind, label, config, params, cache, build))
     if not cells:
         raise ConfigError("the experiment expands to zero runs", file=doc.source)
 
@@ -124,6 +128,33 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
                 estimate = STEPS[cell.step].estimate_s(cell.config, sizes) + _RUN_OVERHEAD_S
                 plan.runs.append(PlannedRun(index, "-".join(parts), cell, round_, rep, estimate))
     return plan
+
+
+def step_engines(step: Any, config: Any) -> set[str]:
+    """The engines a run of this step measures: the builds it needs, or the declared engine it names."""
+    used = set(step.engines_used(config))
+    label = step.engine_label(config)
+    return used or ({label} if label else set())
+
+
+def cell_build(step: Any, config: Any, params: dict[str, Any], loaded: LoadedExperiment,
+               loc: tuple[str | int, ...], varies: bool) -> str | None:
+    """The build this cell's step runs (``Cell.build``). A step that varies over ``build`` but whose engine is not
+    the cell's build's is refused in one line naming both; one that does not vary over it runs the baseline build
+    when that is of its engine, else its engine as ``engine:`` configures it."""
+    exp = loaded.experiment
+    name = exp.build_of(params)
+    engines = step_engines(step, config)
+    if name is None or not engines:
+        return None
+    engine = exp.builds[name].engine
+    if engine in engines:
+        return name
+    if varies and BUILD_AXIS in exp.matrix:
+        raise loaded.doc.error(loc, f"step {loc[-1]} runs {', '.join(sorted(engines))}, but its cell's build "
+                                    f"{name!r} is a {engine} build: give the step over: without {BUILD_AXIS}, or "
+                                    f"a build of its engine")
+    return None
 
 
 def check_cell(step: Any, config: Any, loaded: LoadedExperiment, loc: tuple[str | int, ...]) -> None:

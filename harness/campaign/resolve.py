@@ -8,11 +8,14 @@ must be valid in every matrix cell, so a typo fails with its file and line befor
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from harness.collectors import check_collectors
-from harness.config.experiment import LoadedExperiment, load_experiment
+from harness.config.declared_engine import Declared
+from harness.config.experiment import Experiment, LoadedExperiment, load_experiment
+from harness.config.yamlsrc import YamlDoc
 from harness.emulation.controller import check_emulation
-from harness.engines import check_engines
+from harness.engines import ENGINES, check_engines
 from harness.steps import check_steps
 from harness.steps.declared import resolve_declared
 
@@ -24,8 +27,27 @@ def resolve_experiment(loaded: LoadedExperiment) -> LoadedExperiment:
     check_collectors(experiment, doc)
     check_engines(experiment, doc)
     check_emulation(experiment, doc)
-    resolve_declared(experiment, doc, loaded.path)  # the run step's declared engines
+    declared = resolve_declared(experiment, doc, loaded.path)  # the run step's declared engines
+    check_build_engines(experiment, doc, declared)
     return loaded
+
+
+def check_build_engines(experiment: Experiment, doc: YamlDoc, declared: dict[str, Declared]) -> None:
+    """Every build names an engine the harness builds (registered) or a declared one that has a build: block."""
+    for name, build in experiment.builds.items():
+        loc: tuple[Any, ...] = ("builds", name, "engine")
+        if build.engine in ENGINES:
+            continue
+        if build.engine not in declared:
+            known = sorted(set(ENGINES) | set(declared))
+            raise doc.error(loc, f"build {name}: unknown engine {build.engine!r} (known: {', '.join(known)}; a "
+                                 "declared engine is one of engines/*.yaml or this file's engines:)")
+        if declared[build.engine].declaration.build is None:
+            raise doc.error(loc, f"build {name}: declared engine {build.engine} has no build: block (its binary is "
+                                 "prebuilt), so there is nothing to build")
+        if build.cmake is not None:
+            raise doc.error(("builds", name, "cmake"), f"build {name}: cmake: is for llama.cpp and BigMoeOnEdge; a "
+                                                       f"declared engine's build: commands are its own")
 
 
 def load_resolved(path: Path) -> LoadedExperiment:

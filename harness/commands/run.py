@@ -15,6 +15,7 @@ from harness.campaign.orchestrator import Campaign, CampaignResult, stopping
 from harness.campaign.plan import PlannedRun, build_plan
 from harness.campaign.resolve import load_resolved
 from harness.commands.common import ResultsOpt, TargetsDirOpt, console, frame_table
+from harness.config.buildsource import with_build_sources
 from harness.errors import UsageError
 from harness.results.loader import find_result_set, load_result_set, read_manifest
 
@@ -92,17 +93,19 @@ def run(experiment: Path = typer.Argument(None, help="experiment YAML (omit with
         retry_perturbed: int = typer.Option(0, "--retry-perturbed", metavar="N", min=0,
                                             help="measure a perturbed run again at the end of its round, up to N "
                                                  "times (0: only mark it)"),
+        build_source: list[str] = typer.Option(None, "--build-source", metavar="NAME=git:URL@SHA|path:DIR",
+                                               help="replace build NAME's source for this campaign (repeatable)"),
         ) -> None:
     """Run an experiment on its targets and write a result set."""
     resume_path = None
     if resume is not None:
-        if experiment is not None or target:
-            raise UsageError("--resume SET takes the experiment and targets from the set; give neither")
+        if experiment is not None or target or build_source:
+            raise UsageError("--resume SET takes the experiment, targets and build sources from the set; give none")
         resume_path, loaded, chosen = _resume_inputs(resume, results, targets_dir)
     else:
         if experiment is None:
             raise UsageError("missing EXPERIMENT (a YAML file), or --resume SET")
-        loaded = load_resolved(experiment)
+        loaded = with_build_sources(load_resolved(experiment), build_source or [])
         chosen = select_targets(target or loaded.experiment.targets, load_targets(targets_dir),
                                 source=str(experiment))
     the_plan = build_plan(loaded)

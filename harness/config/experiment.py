@@ -22,6 +22,8 @@ from harness.units import parse_size
 Scalar = str | int | float | bool
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 RESERVED_PARAMS = {"run_id", "target", "step", "cache", "round", "repeat", "status", "index"}
+# the matrix axis whose values name entries of builds: (an ordinary axis otherwise: labels, tables, over:)
+BUILD_AXIS = "build"
 
 
 class SynthSpec(StrictModel):
@@ -85,6 +87,18 @@ class EngineSpec(StrictModel):
     optional: bool = False
 
 
+class BuildSpec(EngineSpec):
+    """One named build of ``builds:``: an ``engine`` (llama.cpp, bigmoeonedge or a declared one) and how to build
+    it (EngineSpec's fields: source, cmake, patches). Two builds are two cells of the ``build`` axis; two builds with
+    the same inputs are one build in the cache."""
+
+    engine: str
+
+    def engine_spec(self) -> EngineSpec:
+        """The build as the engine's builders take it (without ``engine``)."""
+        return EngineSpec(**self.model_dump(exclude={"engine"}))
+
+
 class FioPolicy(StrictModel):
     """What custom fio jobs may do. ``allow_exec``: options that run commands or write files (exec_prerun,
     write_*_log, ...); off unless the experiment turns it on, and the manifest records it."""
@@ -100,6 +114,8 @@ class Experiment(StrictModel):
     model: str | FileSpec | None = None
     files: dict[str, FileSpec] = Field(default_factory=dict)
     engine: dict[str, EngineSpec] = Field(default_factory=dict)  # engine name -> spec (names: harness.engines)
+    # named builds (name -> engine + how to build it), selected per cell by the `build` matrix axis
+    builds: dict[str, BuildSpec] = Field(default_factory=dict)
     # engines declared in YAML for the run step: name -> a declaration file (relative to this file) or inline
     # (validated by harness.steps.declared.resolve_declared, with this file's lines)
     engines: dict[str, str | dict[str, Any]] = Field(default_factory=dict)
@@ -148,6 +164,15 @@ class Experiment(StrictModel):
             raise ValueError("'model' is given twice: as model: and as files.model")
         return self
 
+    def build_of(self, params: dict[str, Any]) -> str | None:
+        """The build a cell with matrix values ``params`` selects: its ``build`` value, the only build when there
+        is no ``build`` axis, or None (no ``builds:``: every step runs its engine as ``engine:`` configures it)."""
+        if not self.builds:
+            return None
+        if BUILD_AXIS in params:
+            return str(params[BUILD_AXIS])
+        return next(iter(self.builds)) if len(self.builds) == 1 else None
+
     def named_files(self) -> dict[str, FileSpec]:
         files = dict(self.files)
         if isinstance(self.model, str):
@@ -173,6 +198,8 @@ class LoadedExperiment:
 
     def __init__(self, experiment: Experiment, doc: YamlDoc, path: Path, text: str) -> None:
         self.experiment, self.doc, self.path, self.text = experiment, doc, path, text
+        # builds whose source --build-source replaced (harness.config.buildsource): name -> the source given
+        self.build_sources: dict[str, dict[str, str]] = {}
 
 
 def load_experiment(path: Path) -> LoadedExperiment:
@@ -185,6 +212,29 @@ def load_experiment(path: Path) -> LoadedExperiment:
         if not _NAME.match(name) or ".." in name:
             raise doc.error(("files", name), f"file name {name!r} is not a plain name (letters, digits, '_', '-', "
                                              "'.'; no '/' or '..'): the harness creates it in its scratch directory")
+    check_builds(experiment, doc)
     # steps, collectors, engines and emulation are checked against their registries by
     # harness.campaign.resolve.resolve_experiment, before anything is planned or run
     return LoadedExperiment(experiment, doc, path, path.read_text(encoding="utf-8"))
+
+
+def check_builds(experiment: Experiment, doc: YamlDoc) -> None:
+    """``builds:`` against the matrix: plain names, a ``build`` axis whose values all name a build (unless there is
+    exactly one build), one line at the place. Engines are checked against the registries by resolve."""
+    for name in experiment.builds:
+        if not _NAME.match(name):
+            raise doc.error(("builds", name), f"build name {name!r} is not a plain name (letters, digits, '_', '-', "
+                                              "'.'): it is a matrix value, a label word and a cache directory")
+    values = experiment.matrix.get(BUILD_AXIS)
+    if not experiment.builds:
+        return  # no builds: `build` is an ordinary axis, as it always was
+    if values is None:
+        if len(experiment.builds) > 1:
+            raise doc.error(("builds",), f"{len(experiment.builds)} builds but no '{BUILD_AXIS}' matrix axis to "
+                                         f"choose between them (add it to matrix:, with values among "
+                                         f"{', '.join(experiment.builds)})")
+        return
+    for index, value in enumerate(values):
+        if not isinstance(value, str) or value not in experiment.builds:
+            raise doc.error(("matrix", BUILD_AXIS, index), f"build {value!r} is not in builds: (have: "
+                                                           f"{', '.join(experiment.builds)})")

@@ -40,6 +40,11 @@ class CellKey:
     matrix: tuple[tuple[str, str], ...] = field(default=())
     cache: str = ""
 
+    @property
+    def build(self) -> str:
+        """The cell's ``build`` axis value (the entry of the experiment's ``builds:`` it ran), "" when absent."""
+        return dict(self.matrix).get("build", "")
+
     @classmethod
     def of(cls, values: Mapping[str, Any], params: Sequence[str], target: str = "") -> CellKey:
         """The cell of one run (a runs row or a dict) for the experiment's matrix keys ``params``: keys the run

@@ -38,6 +38,11 @@ class StepKind(ABC):
         """Engine builds a run of this step with ``config`` needs (a step that compares engines names several)."""
         return {self.engine} if self.engine else set()
 
+    def builds_named(self, config: Any) -> set[str]:
+        """Entries of the experiment's ``builds:`` the config names itself (an equivalence side's ``build:``), beside
+        the cell's own build (``Cell.build``)."""
+        return set()
+
     def files_read(self, config: Any) -> list[str]:
         """Named files (keys of the experiment's files) whose cache state the run controls."""
         return [config.file] if getattr(config, "file", None) else []

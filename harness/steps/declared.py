@@ -68,6 +68,7 @@ def resolve_declared(experiment: Any, doc: Any, experiment_path: Path) -> dict[s
         wanted.add(named)
         for key in template_names(named):  # engine: "{engine}" makes the engine a matrix axis
             wanted.update(experiment.matrix.get(key, []))
+    wanted.update(build.engine for build in (getattr(experiment, "builds", None) or {}).values())
     own = getattr(experiment, "engines", None) or {}
     found: dict[str, Declared] = {}
     for name, entry in own.items():

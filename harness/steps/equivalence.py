@@ -50,6 +50,7 @@ OWNED_ARGS = {
 
 class SideConfig(StrictModel):
     engine: str = "llama.cpp"
+    build: str | None = None  # an entry of the experiment's builds: (of this engine); none: the cell's build
     model: str = "model"
     args: list[Arg] = Field(default_factory=list)
     memory: str | int | None = Field(default=None, description="this side's memory budget, e.g. 512M; none: none")
@@ -99,6 +100,22 @@ class EquivalenceStep(StepKind):
     def engines_used(self, config: EquivalenceConfig) -> set[str]:
         return {config.a.engine, config.b.engine}
 
+    def builds_named(self, config: EquivalenceConfig) -> set[str]:
+        return {side.build for side in (config.a, config.b) if side.build is not None}
+
+    def check(self, config: EquivalenceConfig, experiment: Any) -> tuple[tuple[str | int, ...], str] | None:
+        builds = getattr(experiment, "builds", None) or {}
+        for name, side in (("a", config.a), ("b", config.b)):
+            if side.build is None:
+                continue
+            if side.build not in builds:
+                return (name, "build"), f"side {name}: build {side.build!r} is not in builds: " \
+                                        f"(have: {', '.join(builds) or 'none'})"
+            if builds[side.build].engine != side.engine:
+                return (name, "build"), f"side {name}: build {side.build} is a {builds[side.build].engine} build, " \
+                                        f"the side's engine is {side.engine}"
+        return None
+
     def files_read(self, config: EquivalenceConfig) -> list[str]:
         return list(dict.fromkeys([config.a.model, config.b.model]))
 
@@ -113,6 +130,8 @@ class EquivalenceStep(StepKind):
                            "memory_bytes": None if side.memory is None else parse_size(side.memory),
                            "seed": config.seed if side.seed is None else side.seed,
                            "temperature": side.temperature, "ignore_eos": config.ignore_eos}
+            if side.build is not None:  # the campaign adds the build's bin_dir (harness.campaign.spec)
+                sides[name]["build"] = side.build
         return {"sides": sides, "prompts": list(config.prompts), "n_predict": config.n_predict,
                 "health_timeout_s": config.health_timeout_s,
                 "timeout_s": config.timeout_s or self.estimate_s(config, {}) * 10 + 1200}
