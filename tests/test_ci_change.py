@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.campaign.plan import build_plan
+from harness.campaign.resolve import load_resolved
 from tests.helpers import REPO, cli_in_process
 from tests.test_ci_workflow import load, schema_check
 
@@ -59,8 +61,9 @@ def layout(root: Path) -> Path:
 
 
 def ci_init(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return cli_in_process("ci", "init", "--gate", "change", "--experiment", "experiments/change.yaml", *args,
-                          cwd=root)
+    engine = [] if "--engine-dir" in args else ["--engine-dir", "engine"]
+    return cli_in_process("ci", "init", "--gate", "change", "--experiment", "experiments/change.yaml", *engine,
+                          *args, cwd=root)
 
 
 @pytest.fixture(scope="module")
@@ -190,10 +193,10 @@ def test_a_pinned_baseline_and_a_first_push_fall_back_as_said(workflow: Path, la
     assert new_branch["baseline_rev"] == first and (trees / "baseline" / "main.c").read_text() == ENGINE_C
 
 
-def test_an_engine_fork_is_the_repository_itself(tmp_path: Path, lab: tuple[Path, str, str]) -> None:
+def test_an_engine_tree_that_is_the_repository_itself(tmp_path: Path, lab: tuple[Path, str, str]) -> None:
     """--engine-dir . and no series: each side's tree is its revision's whole repository, without .git."""
     repo, first, second = lab
-    done = ci_init(repo, "--out", str(tmp_path / "fork.yml"))
+    done = ci_init(repo, "--engine-dir", ".", "--out", str(tmp_path / "fork.yml"))
     assert done.returncode == 0, done.stderr
     trees = tmp_path / "temp" / "engine-trees"
     trees.parent.mkdir()
@@ -211,6 +214,7 @@ def test_an_engine_fork_is_the_repository_itself(tmp_path: Path, lab: tuple[Path
     ([], EXPERIMENT.replace("[baseline, candidate]", "[baseline]"), "needs a matrix axis `build`"),
     (["--candidate-build", "baseline"], EXPERIMENT, "--candidate-build baseline: not a build of"),
     (["--engine-dir", "/opt/llama.cpp"], EXPERIMENT, "--engine-dir /opt/llama.cpp: give a path inside"),
+    (["--engine-dir", "vendor/llama.cpp"], EXPERIMENT, "--engine-dir vendor/llama.cpp: no such directory"),
     (["--patches", "series"], EXPERIMENT, "--patches series: no such directory"),
     (["--baseline-variant", "threads=1"], EXPERIMENT, "the change gate compares builds"),
 ])
@@ -221,3 +225,36 @@ def test_ci_init_change_refuses_bad_input_in_one_line(tmp_path: Path, args: list
     done = ci_init(root, *args)
     assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (root / ".github").exists()
+
+
+def test_the_example_in_docs_ci_md_is_true(tmp_path: Path) -> None:
+    """docs/ci.md's example repository: its experiment plans (both builds in every round, interleaved) and its
+    `harness ci init` command writes the change workflow for that layout."""
+    import re
+    import shlex
+
+    text = (REPO / "docs" / "ci.md").read_text()
+    experiment = re.search(r"```yaml\n(# experiments/ci/engine-change\.yaml.*?)```", text, re.S)
+    command = re.search(r"^(harness ci init --gate change .*?[^\\])$", text, re.S | re.M)
+    assert experiment and command, "docs/ci.md lost its example experiment or its ci init command"
+    root = tmp_path / "lab-harness"
+    for folder in ("experiments/ci", "engine", "patches/llama.cpp"):
+        (root / folder).mkdir(parents=True)
+    (root / "experiments" / "ci" / "engine-change.yaml").write_text(experiment.group(1))
+    runs = build_plan(load_resolved(root / "experiments" / "ci" / "engine-change.yaml")).runs
+    assert [(r.params["build"], r.round) for r in runs[:5]] == [
+        ("baseline", 1), ("baseline", 1), ("candidate", 1), ("candidate", 1), ("baseline", 2)]
+    assert len(runs) == 20 and {r.round for r in runs} == {1, 2, 3, 4, 5}
+    args = shlex.split(command.group(1).replace("\\\n", " "))
+    done = cli_in_process(*args[1:], cwd=root)
+    assert done.returncode == 0, done.stderr
+    job = _job(root / ".github" / "workflows" / "engine-change.yml")
+    assert (job["env"]["ENGINE_DIR"], job["env"]["PATCHES"]) == ("engine", "patches/llama.cpp")
+
+
+def test_the_change_gate_needs_the_engine_dir(tmp_path: Path) -> None:
+    """Without --engine-dir the job would build the harness's own checkout as the engine: refused, one line."""
+    root = layout(tmp_path)
+    done = cli_in_process("ci", "init", "--gate", "change", "--experiment", "experiments/change.yaml", cwd=root)
+    assert done.returncode == 2 and "--gate change needs --engine-dir DIR" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (root / ".github").exists()

@@ -66,9 +66,9 @@ def init(board: str = typer.Option(None, "--board", metavar="NAME",
          gate: str = typer.Option("variants", "--gate", metavar="KIND",
                                   help="variants: each cell against the baseline cell; change: the pushed "
                                        "revision's engine build against the baseline build (docs/ci.md)"),
-         engine_dir: str = typer.Option(".", "--engine-dir", metavar="DIR",
-                                        help="--gate change: the engine's source tree in the repository "
-                                             "('.': an engine fork; a submodule: a pinned upstream)"),
+         engine_dir: str = typer.Option(None, "--engine-dir", metavar="DIR",
+                                        help="--gate change: the engine's source tree in the repository (a "
+                                             "submodule: a pinned upstream or the lab's fork; docs/ci.md)"),
          patches: str = typer.Option("", "--patches", metavar="DIR",
                                      help="--gate change: a patch series (*.patch, name order) applied to it"),
          candidate: str = typer.Option("candidate", "--candidate-build", metavar="NAME",
@@ -93,6 +93,8 @@ def init(board: str = typer.Option(None, "--board", metavar="NAME",
     if gate == "change":
         if baseline is not None:
             raise UsageError("--baseline-variant: the change gate compares builds (--candidate-build), not cells")
+        if engine_dir is None:
+            raise UsageError("--gate change needs --engine-dir DIR: the engine's source tree in the repository")
         base_build, cand_build = change_builds(experiment, candidate)
         text = ci_change.render(board=board, labels=listed, experiment=experiment.as_posix(),
                                 engine_dir=_inside(engine_dir, "--engine-dir", "the engine's source"),
