@@ -31,6 +31,7 @@ def _register() -> None:
     if app.registered_commands:  # main() called again in one process (the tests run the CLI in-process)
         return
     from harness.commands import (
+        bisect,
         ci,
         compare,
         deploy,
@@ -46,7 +47,7 @@ def _register() -> None:
         targets,
     )
 
-    for module in (run, plan, targets, probe, report, parse, deploy, model, lease, compare, gate, ci):
+    for module in (run, plan, targets, probe, report, parse, deploy, model, lease, compare, gate, ci, bisect):
         module.register(app)
     results.register(results_app)
 
