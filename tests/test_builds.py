@@ -4,14 +4,19 @@ every mistake is one line at its place (exit 2)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.campaign.plan import build_plan
 from harness.campaign.resolve import load_resolved
 from harness.results.cell import CellKey
-from tests.helpers import cli_in_process
+from tests.helpers import REPO, cli_in_process, run_campaign
 
 TWO_BUILDS = """\
 name: two-builds
@@ -179,3 +184,133 @@ def test_a_bad_build_source_is_one_line_exit_2(tmp_path: Path, value: str, expec
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: --build-source {value!r}: "), done.stderr
     assert expected in lines[0]
+
+
+# ------------------------------------------------------------------------------------------ campaigns (slow)
+
+TINY = REPO / "tests" / "data" / "engines" / "tiny"  # a few lines of C, built with cc (SOURCE.md)
+TINY_ENGINE = {
+    "build": {"commands": [["cc", "-O2", "-o", "{build_dir}/tiny", "{source_dir}/engine.c"]]},
+    "binary": "{build_dir}/tiny",
+    "run": ["{binary}", "{model}", "{n_predict}"],
+    "extract": [
+        {"table": "requests", "source": "stderr",
+         "regex": r"eval time = +(?P<ms>[\d.]+) ms / +(?P<n>\d+) runs .* (?P<tps>[\d.]+) tokens per second",
+         "columns": {"predicted_ms": "ms", "predicted_n": "n", "decode_tps": "tps"}},
+        {"table": "requests", "source": "stdout", "regex": r"tiny (?P<variant>\w+): (?P<bytes>\d+) bytes",
+         "columns": {"variant": "variant", "read_bytes": "bytes"}}],
+}
+
+
+def tiny_experiment(builds: dict[str, object], rounds: int = 1) -> str:
+    return json.dumps({
+        "name": "tiny-builds", "cache": "none", "validity": "off", "rounds": rounds,
+        "files": {"model": {"create": "1M"}}, "engines": {"tiny": TINY_ENGINE}, "builds": builds,
+        "matrix": {"build": list(builds), "tokens": [4, 8]},
+        "steps": [{"run": {"engine": "tiny", "model": "model", "n_predict": "{tokens}"}}]})
+
+
+def campaign(tmp_path: Path, text: str, *args: str) -> Any:  # noqa: ANN401 - a ResultSet
+    from harness.results.loader import load_result_set
+
+    exp = tmp_path / "e.yaml"
+    exp.write_text(text)
+    results = tmp_path / f"results-{len(list(tmp_path.glob('results-*')))}"
+    done = run_campaign(str(exp), "--results", str(results), *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return load_result_set(next(results.iterdir()))
+
+
+def builds_of(rs: Any) -> dict[str, Any]:  # noqa: ANN401
+    manifest = json.loads((rs.path / "manifest.json").read_text())
+    return manifest["targets"][0]["builds"]
+
+
+def variants_by_build(rs: Any) -> dict[str, set[str]]:  # noqa: ANN401
+    runs = rs.table("runs")[["run_id", "build"]]
+    joined = rs.table("requests").merge(runs, on="run_id")
+    return {build: set(group["variant"]) for build, group in joined.groupby("build")}
+
+
+def own_copy(tmp_path: Path) -> Path:
+    """The tiny engine's tree at a path of this test's own: its builds are keyed by it, so they are new here."""
+    tree = tmp_path / "tiny"
+    tree.mkdir()
+    shutil.copy(TINY / "engine.c", tree / "engine.c")
+    return tree
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@example.org", "-c", "user.name=t", *args],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@pytest.mark.slow
+def test_two_builds_interleaved_recorded_cached_and_a_changed_patch_is_a_new_build(tmp_path: Path) -> None:
+    tree = own_copy(tmp_path)
+    builds = {"base": {"engine": "tiny", "source": {"path": str(tree)}},
+              "patched": {"engine": "tiny", "source": {"path": str(tree)}, "patches": [str(TINY / "variant.patch")]}}
+    rs = campaign(tmp_path, tiny_experiment(builds, rounds=2))
+    runs = rs.table("runs").sort_values("index")
+    assert list(runs["build"]) == ["base", "base", "patched", "patched"] * 2  # interleaved, round after round
+    assert list(runs["variant"])[:3] == ["run build=base tokens=4 none", "run build=base tokens=8 none",
+                                         "run build=patched tokens=4 none"]
+    assert variants_by_build(rs) == {"base": {"base"}, "patched": {"patched"}}  # each cell ran its own binary
+    first = builds_of(rs)
+    assert set(first) == {"base", "patched"}
+    base, patched = first["base"], first["patched"]
+    assert base["engine"] == "tiny" and base["source"]["kind"] == "path" and base["source"]["path"] == str(tree)
+    assert base["patches"] == [] and not base["cached"] and not patched["cached"]
+    assert patched["patches"] == [{"path": str(TINY / "variant.patch"),
+                                   "sha256": hashlib.sha256((TINY / "variant.patch").read_bytes()).hexdigest()}]
+    assert base["key"] != patched["key"]
+    assert base["binaries"]["tiny"]["sha256"] != patched["binaries"]["tiny"]["sha256"]
+    for build in (base, patched):
+        binary = Path(build["binaries"]["tiny"]["path"])
+        assert hashlib.sha256(binary.read_bytes()).hexdigest() == build["binaries"]["tiny"]["sha256"]
+    query = cli_in_process("results", "query", "select build, count(*) as n from runs group by build order by build",
+                           "--results", str(rs.path.parent), "--format", "csv")
+    assert query.returncode == 0 and query.stdout.split() == ["build,n", "base,4", "patched,4"], query.stdout
+
+    # the same inputs again: both builds come from the cache, unchanged
+    again = builds_of(campaign(tmp_path, tiny_experiment(builds)))
+    assert again["base"]["cached"] and again["patched"]["cached"]
+    assert {k: v["key"] for k, v in again.items()} == {k: v["key"] for k, v in first.items()}
+    assert again["patched"]["binaries"] == patched["binaries"]
+
+    # another patch (a real `git diff` of the tree): a new build of its own key; the base build still cached
+    repo = tmp_path / "repo"
+    shutil.copytree(tree, repo)
+    git(repo, "init", "-q")
+    git(repo, "add", "engine.c")
+    git(repo, "commit", "-qm", "base")
+    text = (repo / "engine.c").read_text()
+    (repo / "engine.c").write_text(text.replace('#define VARIANT "base"', '#define VARIANT "other"'))
+    (tmp_path / "other.patch").write_text(git(repo, "diff") + "\n")
+    builds["patched"]["patches"] = [str(tmp_path / "other.patch")]
+    rs = campaign(tmp_path, tiny_experiment(builds))
+    changed = builds_of(rs)
+    assert changed["base"]["cached"] and changed["base"]["key"] == base["key"]
+    assert not changed["patched"]["cached"] and changed["patched"]["key"] not in (base["key"], patched["key"])
+    assert variants_by_build(rs) == {"base": {"base"}, "patched": {"other"}}
+
+
+@pytest.mark.slow
+def test_build_source_builds_another_commit_and_the_manifest_says_which(tmp_path: Path) -> None:
+    repo = own_copy(tmp_path)
+    git(repo, "init", "-q")
+    git(repo, "add", "engine.c")
+    git(repo, "commit", "-qm", "base")
+    good = git(repo, "rev-parse", "HEAD")
+    subprocess.run(["git", "-C", str(repo), "apply", str(TINY / "variant.patch")], check=True)
+    git(repo, "commit", "-qam", "patched")
+    bad = git(repo, "rev-parse", "HEAD")
+    builds = {"good": {"engine": "tiny", "source": {"git": str(repo), "commit": good}},
+              "head": {"engine": "tiny", "source": {"git": str(repo), "commit": good}}}
+    rs = campaign(tmp_path, tiny_experiment(builds), "--build-source", f"head=git:{repo}@{bad[:10]}")
+    recorded = builds_of(rs)
+    assert recorded["good"]["source"] == {"kind": "git", "url": str(repo), "commit": good}
+    assert recorded["head"]["source"] == {"kind": "git", "url": str(repo), "commit": bad}  # the full commit built
+    assert recorded["head"]["commit"] == bad
+    assert variants_by_build(rs) == {"good": {"base"}, "head": {"patched"}}

@@ -11,6 +11,7 @@ from harness.campaign.plan import Plan, PlannedRun
 from harness.collectors import collector_configs
 from harness.config.experiment import Experiment
 from harness.config.target import Target
+from harness.engines.declaredsource import DeclaredSource
 from harness.errors import ConfigError
 from harness.results.store import new_set_id
 
@@ -39,6 +40,10 @@ class CampaignContext:
     collectors: dict[str, Any] = field(default_factory=dict)
     builds: dict[str, Any] = field(default_factory=dict)  # engine name -> BuildInfo (controller-side builds)
     engine_specs: dict[str, Any] = field(default_factory=dict)  # engine name -> EngineSpec the steps need
+    build_specs: dict[str, Any] = field(default_factory=dict)  # build name -> EngineSpec (registered engines)
+    declared_sources: dict[str, DeclaredSource] = field(default_factory=dict)  # build name -> its prepared tree
+    # target name -> build name -> the builder's record of a named build (builds:) made for that target
+    target_builds: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     synth: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # file name -> (path, description)
     keep: set[tuple[str, str]] = field(default_factory=set)  # (target, run_id) already done in a resumed set
     resumed_running: set[tuple[str, str]] = field(default_factory=set)  # runs a dead controller left running

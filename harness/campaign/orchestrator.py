@@ -26,7 +26,7 @@ from harness.campaign.preflight import preflight
 from harness.campaign.space import check_results_space
 from harness.campaign.target import run_target
 from harness.config.target import Target
-from harness.results.manifest import RunEntry
+from harness.results.manifest import Prepared, RunEntry
 from harness.results.store import ResultSetWriter
 from harness.steps import STEPS
 
@@ -138,7 +138,7 @@ def new_writer(ctx: CampaignContext, results_dir: Path) -> ResultSetWriter:
                  targets=[{"name": t.name, "platform": t.platform, "transport": t.transport_kind,
                            "block_device": t.block_device} for t in ctx.targets],
                  plan=[planned(t, r) for t in ctx.targets for r in ctx.plan.runs])
-    writer.record_prepared({
+    prepared: Prepared = {
         "engines": {name: build.to_dict() for name, build in ctx.builds.items()},
         "declared_engines": declared.manifest_entries(ctx),  # whole, with sha256
         "models": {name: info for name, (_path, info) in ctx.synth.items()},
@@ -146,7 +146,10 @@ def new_writer(ctx: CampaignContext, results_dir: Path) -> ResultSetWriter:
         "baseline": experiment.baseline,
         "scratch": ctx.scratch,  # --resume uses it again (None: the target's workdir)
         "fio_policy": experiment.fio.model_dump(),  # allow_exec: said here when it was on
-    })
+    }
+    if loaded.build_sources:  # --build-source: said (and used again by --resume) only when given
+        prepared["build_sources"] = loaded.build_sources
+    writer.record_prepared(prepared)
     return writer
 
 

@@ -79,17 +79,21 @@ def prepare_engines_and_models(ctx: CampaignContext) -> None:
 
     The controller builds only for a target that shares its files (local); boards build their own
     (``prepare_remote``)."""
+    from harness.campaign.builds import build_locally, builds_needed, default_engines, prepare_declared_sources
     from harness.campaign.prepare import build_engines, drop_unavailable, engines_needed, synth_model
 
-    step_engines = {name for run in ctx.plan.runs for name in STEPS[run.step].engines_used(run.cell.config)}
-    ctx.engine_specs = engines_needed(ctx.experiment, step_engines)
+    # each engine as engine: configures it, where a run does not run a named build of it instead
+    ctx.engine_specs = engines_needed(ctx.experiment, default_engines(ctx.experiment, ctx.plan.runs))
     dropped = drop_unavailable(ctx.engine_specs, ctx.progress.message)
     if dropped:  # before the set exists: the manifest's plan and every table simply lack those runs
         ctx.plan.runs = [run for run in ctx.plan.runs if not STEPS[run.step].engines_used(run.cell.config) & dropped]
+    ctx.build_specs = builds_needed(ctx.experiment, ctx.plan.runs)
     local = [t.name for t in ctx.targets if kind_of(t).shares_controller_files]
-    if ctx.engine_specs and local:
+    if (ctx.engine_specs or ctx.build_specs) and local:
         files.check_local_models(ctx, local[0])  # a wrong model is told before a build of minutes, not after it
         ctx.builds = build_engines(ctx.engine_specs, ctx.plan.experiment.path.parent, ctx.progress.message)
+        build_locally(ctx, ctx.build_specs, local)
+    ctx.declared_sources = prepare_declared_sources(ctx)  # trees for declared engines' builds, here, once
     for name, spec in ctx.experiment.named_files().items():
         if spec.synth is not None:
             path, info = synth_model(spec.synth, ctx.progress.message)
@@ -99,10 +103,11 @@ def prepare_engines_and_models(ctx: CampaignContext) -> None:
 def prepare_remote(ctx: CampaignContext, sessions: list[TargetSession]) -> None:
     """Engines built on each board and synthetic models pushed to it, boards in parallel (a build on a
     board takes minutes); both are skipped when the board already has them."""
+    from harness.campaign.builds import build_on_board
     from harness.campaign.prepare import prepare_target
 
     remote = [s for s in sessions if not s.transport.shares_controller_files]
-    if not remote or not (ctx.engine_specs or ctx.synth):
+    if not remote or not (ctx.engine_specs or ctx.synth or ctx.build_specs):
         return
     experiment_dir = ctx.plan.experiment.path.parent
     errors: list[BaseException] = []
@@ -110,6 +115,7 @@ def prepare_remote(ctx: CampaignContext, sessions: list[TargetSession]) -> None:
     def prepare(session: TargetSession) -> None:
         try:
             prepare_target(session, ctx.engine_specs, ctx.synth, experiment_dir, ctx.progress.message)
+            build_on_board(ctx, session, ctx.build_specs)
         except BaseException as exc:  # noqa: BLE001 - re-raised below in the caller's thread
             errors.append(exc)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.collectors import check_collectors
-from harness.config.declared_engine import Declared
+from harness.config.declared_engine import Declared, placeholders
 from harness.config.experiment import Experiment, LoadedExperiment, load_experiment
 from harness.config.yamlsrc import YamlDoc
 from harness.emulation.controller import check_emulation
@@ -45,6 +45,11 @@ def check_build_engines(experiment: Experiment, doc: YamlDoc, declared: dict[str
         if declared[build.engine].declaration.build is None:
             raise doc.error(loc, f"build {name}: declared engine {build.engine} has no build: block (its binary is "
                                  "prebuilt), so there is nothing to build")
+        commands = declared[build.engine].declaration.build
+        if build.source is None and commands is not None and "source_dir" in placeholders(commands.commands):
+            raise doc.error(("builds", name), f"build {name}: engine {build.engine}'s build commands use "
+                                              "{source_dir}: give the build a source: ({git: URL, commit: SHA} or "
+                                              "{path: DIR})")
         if build.cmake is not None:
             raise doc.error(("builds", name, "cmake"), f"build {name}: cmake: is for llama.cpp and BigMoeOnEdge; a "
                                                        f"declared engine's build: commands are its own")

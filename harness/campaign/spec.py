@@ -3,14 +3,16 @@ the run may take."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 from harness.boards.session import TargetSession
+from harness.campaign import builds
 from harness.campaign.context import CampaignContext
 from harness.campaign.plan import PlannedRun
 from harness.collectors import COLLECTORS
 from harness.emulation import controller as emulation
 from harness.steps import STEPS
+from harness.steps.declared import RunStep
 from runner.contract import CONTRACT_VERSION, EngineLocation, RunSpec
 
 # what a run may take beyond its step's own timeout (cache drop or prefetch of a big model, emulation set-up,
@@ -29,18 +31,27 @@ def build_spec(ctx: CampaignContext, session: TargetSession, run: PlannedRun, fi
         "block_device": session.target.block_device,
         "native_bin": session.native_bin,
         "collectors": [COLLECTORS[name].runner_spec(cfg) for name, cfg in ctx.collectors.items()],
-        "step": {"kind": run.step, **step.runner_spec(run.cell.config, files, run.cache)},
-        "engines": engines_on(ctx, session),
+        "step": step_spec(ctx, session, run, files),
+        "engines": engines_on(ctx, session, run),
         "emulate": emulation.runner_spec(ctx.experiment, run.params, ctx.plan.experiment.doc),
         "run_dir": remote_dir,
     }
 
 
-def engines_on(ctx: CampaignContext, session: TargetSession) -> dict[str, EngineLocation]:
-    """Where the engine binaries are on this target: built there (boards) or here (local)."""
-    builds = session.engines or {name: build.to_dict() for name, build in ctx.builds.items()}
-    return {name: {"bin_dir": str(Path(next(iter(build["binaries"].values()))).parent),
-                   "commit": build.get("commit")} for name, build in builds.items()}
+def step_spec(ctx: CampaignContext, session: TargetSession, run: PlannedRun, files: dict[str, str]) -> dict[str, Any]:
+    """The step's part of the spec, with the run's named builds placed: an equivalence side's ``bin_dir``, a
+    declared engine's build key and source (``harness.campaign.builds``, ``harness.campaign.declared``)."""
+    spec = {"kind": run.step, **STEPS[run.step].runner_spec(run.cell.config, files, run.cache)}
+    builds.place_sides(ctx, session, spec)
+    if run.step == RunStep.name and run.cell.build:
+        spec.update(ctx.target_builds[session.target.name][run.cell.build].get("run_fields") or {})
+    return spec
+
+
+def engines_on(ctx: CampaignContext, session: TargetSession, run: PlannedRun) -> dict[str, EngineLocation]:
+    """Where the engine binaries are on this target: built there (boards) or here (local); the run's own build
+    (``builds:``) in its engine's place."""
+    return builds.locations(ctx, session, run)
 
 
 def run_limit_s(ctx: CampaignContext, spec: RunSpec | None) -> float:

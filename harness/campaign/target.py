@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from harness.boards.session import TargetSession
-from harness.campaign import declared, files, runstate, stopping
+from harness.campaign import builds, declared, files, runstate, stopping
 from harness.campaign.context import CampaignContext
 from harness.campaign.lifecycle import RunLifecycle
 from harness.campaign.plan import PlannedRun
@@ -40,6 +40,8 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
         learnt = TargetFields(facts=facts, deployed=session.deployed)
         if session.engines:
             learnt["engines"] = session.engines
+        if ctx.target_builds.get(target.name):  # the named builds (builds:) as this target built them
+            learnt["builds"] = builds.identities(ctx, target.name)
         writer.update_target(target.name, **learnt)
         check_expectations(ctx, session, writer, facts, "before")
         perturbed: list[PlannedRun] = []

@@ -133,8 +133,15 @@ def _resume_inputs(name: str, results: Path, targets_dir: Path | None) -> tuple[
     original = Path(manifest["experiment"]["path"])
     same = original.exists() and hashlib.sha256(original.read_bytes()).hexdigest() == manifest["experiment"]["sha256"]
     loaded = load_resolved(original if same else path / "experiment.yaml")
+    sources = manifest.get("build_sources") or {}  # the --build-source values the set was started with
+    loaded = with_build_sources(loaded, [f"{name}={_source_text(source)}" for name, source in sources.items()])
     chosen = targets_of_set(manifest["targets"], load_targets(targets_dir), source=str(path))
     return path, loaded, chosen
+
+
+def _source_text(source: dict[str, str]) -> str:
+    """A recorded --build-source value as the option takes it."""
+    return f"path:{source['path']}" if "path" in source else f"git:{source['git']}@{source['commit']}"
 
 
 def register(app: typer.Typer) -> None:

@@ -33,8 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ENGINES_DIR = REPO_ROOT / "engines"  # the declarations shipped with the harness
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # placeholders the harness fills in itself: the built (or prebuilt) binary, its build directory, the step's model
-# file and the run directory on the target
-HARNESS_PLACEHOLDERS = frozenset({"binary", "build_dir", "model", "run_dir"})
+# file, the run directory on the target, and a named build's source tree (builds: {NAME: {engine, source, patches}})
+HARNESS_PLACEHOLDERS = frozenset({"binary", "build_dir", "model", "run_dir", "source_dir"})
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 Scalar = str | int | float | bool
 Argv = Annotated[list[str], Field(min_length=1)]

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict, cast
 
+from typing_extensions import NotRequired  # typing has it from 3.11; the project supports 3.10
+
 # a run's status that is no verdict yet (an interrupted set keeps them)
 NOT_FINAL = ("pending", "planned", "running")
 
@@ -59,6 +61,29 @@ class RunEntry(RunPlan, RunFields, total=False):
     index: int
 
 
+class BinaryIdentity(TypedDict):
+    path: str  # on the target
+    sha256: str
+
+
+class PatchIdentity(TypedDict):
+    path: str
+    sha256: str
+
+
+class BuildIdentity(TypedDict):
+    """One named build (the experiment's ``builds:``) as one target built it: ``targets[T].builds[NAME]``."""
+
+    engine: str
+    source: dict[str, Any]  # the source actually built (its identity: sdist hash, git URL + full commit, tree hash)
+    commit: str | None
+    patches: list[PatchIdentity]  # in application order
+    flags: list[str]  # exactly what the build was configured with (cmake), none for a declared engine
+    key: str  # the build cache key
+    cached: bool  # found in the target's cache, not built by this campaign
+    binaries: dict[str, BinaryIdentity]
+
+
 class TargetFields(TypedDict, total=False):
     """What the campaign records about a target as it learns it (``ResultSetWriter.update_target``)."""
 
@@ -71,6 +96,7 @@ class TargetFields(TypedDict, total=False):
     expectations_before: list[dict[str, Any]]
     expectations_after: list[dict[str, Any]]
     engines: dict[str, Any]  # the engines built or deployed on it, by name
+    builds: dict[str, BuildIdentity]  # the named builds made for it (builds:), by name
 
 
 class TargetEntry(TargetFields, total=False):
@@ -119,6 +145,7 @@ class Prepared(TypedDict):
     baseline: Any  # the experiment's baseline cell (its matrix values), if it names one
     scratch: str | None  # --scratch, used again by --resume (None: the target's workdir)
     fio_policy: dict[str, Any]  # allow_exec: said here when it was on
+    build_sources: NotRequired[dict[str, dict[str, str]]]  # --build-source: build name -> the source given
 
 
 class Manifest(TypedDict, total=False):
@@ -144,6 +171,7 @@ class Manifest(TypedDict, total=False):
     baseline: Any  # the experiment's baseline cell (its matrix values), if it names one
     scratch: str | None  # --scratch, used again by --resume (None: the target's workdir)
     fio_policy: dict[str, Any]
+    build_sources: dict[str, dict[str, str]]  # only a campaign given --build-source; --resume uses it again
     resumed: list[str]  # when --resume reopened it, in order
     confirms: Confirms
     upgraded_from: UpgradedFrom

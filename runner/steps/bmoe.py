@@ -24,7 +24,7 @@ POLL_S = 0.005
 
 def bmoe_binary(ctx, spec):
     engines = ctx.spec.get("engines") or {}
-    bin_dir = (engines.get("bigmoeonedge") or {}).get("bin_dir") or spec.get("bin_dir")
+    bin_dir = spec.get("bin_dir") or (engines.get("bigmoeonedge") or {}).get("bin_dir")  # a side's build first
     if not bin_dir:
         raise StepFailed("bmoe: the run spec names no BigMoeOnEdge build (engines.bigmoeonedge.bin_dir)")
     path = os.path.join(bin_dir, BINARY)

@@ -5,7 +5,9 @@ Every command is an argument list: placeholders (``{name}``) are replaced inside
 value with spaces, quotes or braces stays one argument and is never read again as a template or by a shell.
 
 Build cache: ``<workdir>/cache/declared/<build key>/`` with ``build.log`` and ``DONE`` (written last); a directory
-without DONE is an interrupted or failed build and is built again from scratch.
+without DONE is an interrupted or failed build and is built again from scratch. A named build with a source
+(``spec["source"]``: a prepared tree ``dir`` on this machine, or an ``archive`` the controller pushed) has it copied
+or unpacked into ``<build dir>/src`` first: the build commands' ``{source_dir}``.
 """
 
 import json
@@ -16,9 +18,9 @@ import subprocess
 import sys
 import time
 
-from runner.enginebuild import locked
+from runner.enginebuild import copy_tree, locked, unpack_source
 from runner.steps.base import StepFailed
-from runner.util import tail
+from runner.util import sha256_file, tail
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 PROBE_OUTPUT_LIMIT = 64 * 1024  # a probe's raw output kept as a fact: enough for a profile, not a log
@@ -47,6 +49,22 @@ def build_dir(workdir, spec):
     return os.path.join(workdir, "cache", "declared", spec["build_key"]) if spec.get("build_key") else None
 
 
+def source_dir(directory, spec):
+    """Where a named build's source tree is inside its build directory ("" for a build without one)."""
+    return os.path.join(directory, "src") if directory and spec.get("source") else ""
+
+
+def place_source(directory, spec):
+    """The build's own copy of its source tree: from the prepared tree, or the pushed archive."""
+    source = spec.get("source")
+    if not source:
+        return
+    if source.get("archive"):
+        unpack_source(source["archive"], source_dir(directory, spec))
+    else:
+        copy_tree(source["dir"], source_dir(directory, spec))
+
+
 def ensure_built(workdir, spec):
     """Build the engine into its cache directory unless a finished build is there; returns (dir, seconds or None)."""
     directory = build_dir(workdir, spec)
@@ -61,9 +79,15 @@ def ensure_built(workdir, spec):
         started = time.monotonic()
         log_path = os.path.join(directory, "build.log")
         deadline = started + spec["build"]["timeout_s"]
+        try:
+            place_source(directory, spec)
+        except (OSError, ValueError) as exc:  # tarfile errors are OSError or ValueError subclasses
+            raise StepFailed("engine %s: its source could not be placed in %s: %s"
+                             % (spec["engine"], directory, exc)) from None
+        placed = {"build_dir": directory, "source_dir": source_dir(directory, spec)}
         with open(log_path, "ab") as log:
             for command in spec["build"]["commands"]:
-                argv = render_argv(command, {"build_dir": directory})
+                argv = render_argv(command, placed)
                 log.write(("$ %s\n" % json.dumps(argv)).encode())
                 log.flush()
                 try:
@@ -84,7 +108,8 @@ def ensure_built(workdir, spec):
 
 def harness_values(spec, directory, run_dir):
     values = dict(spec.get("values") or {})
-    values.update({"build_dir": directory or "", "run_dir": run_dir, "model": spec.get("model") or ""})
+    values.update({"build_dir": directory or "", "run_dir": run_dir, "model": spec.get("model") or "",
+                   "source_dir": source_dir(directory, spec)})
     values["binary"] = render(spec["binary"], values)
     return values
 
@@ -131,7 +156,10 @@ def prepare(spec_path):
     except StepFailed as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 1
+    binary = harness_values(spec, directory, "")["binary"]
     print(json.dumps({"engine": spec["engine"], "build_dir": directory, "built_now_s": built_s,
+                      "build_key": spec.get("build_key"), "binary": binary,
+                      "binary_sha256": sha256_file(binary) if os.path.isfile(binary) else None,
                       "probes": run_probes(spec, directory)}))
     return 0
 
