@@ -22,6 +22,7 @@ from harness.boards.lease import DEFAULT_WAIT_S
 from harness.campaign.orchestrator import Campaign, CampaignResult
 from harness.campaign.plan import Plan, build_plan
 from harness.campaign.resolve import load_resolved
+from harness.config.buildsource import with_build_sources
 from harness.config.experiment import LoadedExperiment
 from harness.errors import HarnessError, InfrastructureError, UsageError
 from harness.results import INCOMPLETE_SUFFIX
@@ -36,7 +37,8 @@ PlanCell = tuple[str, str, str]
 
 def experiment_of(set_path: Path, manifest: Manifest) -> LoadedExperiment:
     """The set's experiment: the original file when it is unchanged (relative paths in it still resolve as they
-    did), else the copy the set stores."""
+    did), else the copy the set stores; with the ``--build-source`` values the set was started with, so a
+    confirmation builds and re-runs the builds the set measured (CI's two revisions), not the file's own sources."""
     original = Path(manifest["experiment"]["path"])
     unchanged = original.exists() and \
         hashlib.sha256(original.read_bytes()).hexdigest() == manifest["experiment"]["sha256"]
@@ -44,7 +46,14 @@ def experiment_of(set_path: Path, manifest: Manifest) -> LoadedExperiment:
     if not unchanged and not copy.exists():
         raise UsageError(f"{set_path}: neither the experiment {original} (unchanged) nor its copy experiment.yaml "
                          "is there: cannot plan a confirmation")
-    return load_resolved(original if unchanged else copy)
+    loaded = load_resolved(original if unchanged else copy)
+    sources = manifest.get("build_sources") or {}
+    return with_build_sources(loaded, [f"{name}={_source_option(source)}" for name, source in sources.items()])
+
+
+def _source_option(source: dict[str, str]) -> str:
+    """A recorded --build-source value as the option takes it (as ``harness run --resume`` reads it back)."""
+    return f"path:{source['path']}" if "path" in source else f"git:{source['git']}@{source['commit']}"
 
 
 def _plan_cell(step_label: str, params: dict[str, Any], cache: str) -> PlanCell:
@@ -55,6 +64,7 @@ def confirmation_plan(loaded: LoadedExperiment, cells: set[PlanCell], rounds: in
     """The experiment's runs of ``cells`` only, in ``rounds`` interleaved rounds, numbered from 1."""
     more = LoadedExperiment(loaded.experiment.model_copy(update={"rounds": rounds}), loaded.doc, loaded.path,
                             loaded.text)
+    more.build_sources = dict(loaded.build_sources)  # recorded in the confirmation's manifest too
     chosen = [run for run in build_plan(more).runs if _plan_cell(run.cell.label, run.params, run.cache) in cells]
     plan = Plan(more)
     for index, run in enumerate(chosen, start=1):
