@@ -258,3 +258,15 @@ def test_the_change_gate_needs_the_engine_dir(tmp_path: Path) -> None:
     done = cli_in_process("ci", "init", "--gate", "change", "--experiment", "experiments/change.yaml", cwd=root)
     assert done.returncode == 2 and "--gate change needs --engine-dir DIR" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (root / ".github").exists()
+
+
+def test_the_series_is_applied_even_when_the_trees_sit_inside_a_repository(workflow: Path,
+                                                                           lab: tuple[Path, str, str]) -> None:
+    """A runner whose temporary directory lies inside a git checkout: `git apply` there would read the patch's
+    paths from that repository's root and skip them without a word; the ceiling keeps it patching the tree."""
+    repo, first, _ = lab
+    trees = repo / "runner-temp" / "engine-trees"
+    trees.parent.mkdir()
+    run_step(workflow, "engine sources", repo, trees, PUSHED_BEFORE=first)
+    assert (trees / "candidate" / "main.c").read_text() == "int main(void) { return 1; }\n"
+    run_step(workflow, "remove the engine trees", repo, trees)

@@ -112,7 +112,10 @@ jobs:
             tar -C "$checkout/$ENGINE_DIR" --exclude=.git -cf - . | tar -C "$TREES/$side" -xf -
             if [ -n "$PATCHES" ] && [ -d "$checkout/$PATCHES" ]; then
               for patch in "$checkout/$PATCHES"/*.patch; do
-                if [ -e "$patch" ]; then (cd "$TREES/$side" && git apply --verbose "$patch"); fi
+                # outside any repository (the ceiling): git apply patches the tree as `patch -p1` would
+                if [ -e "$patch" ]; then
+                  (cd "$TREES/$side" && GIT_CEILING_DIRECTORIES="$TREES" git apply --verbose "$patch")
+                fi
               done
             fi
             echo "$side=path:$TREES/$side" >> "$GITHUB_OUTPUT"
