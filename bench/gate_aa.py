@@ -10,7 +10,7 @@ past the limit, what --confirm would re-run) and improvements (the mirror image,
 Prints one line per repetition (exit code, verdict, ratio, 95 % interval, p) and the rate with its exact
 (Clopper-Pearson) 95 % interval.
 
-    nice -n 10 .venv/bin/python bench/gate_aa.py [--repetitions 20] [--rounds 6]
+    nice -n 10 .venv/bin/python bench/gate_aa.py [--repetitions 20] [--rounds 6] [--tokens 6]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def experiment(where: Path, rounds: int) -> Path:
+def experiment(where: Path, rounds: int, tokens: int) -> Path:
     """tinystream twice from one tree (the test's model and tokens, tests/test_gate_builds.py)."""
     source = {"path": str(REPO / "engines" / "tinystream")}
     path = where / "aa.yaml"
@@ -40,7 +40,7 @@ def experiment(where: Path, rounds: int) -> Path:
         "builds": {"baseline": {"engine": "tinystream", "source": source},
                    "candidate": {"engine": "tinystream", "source": source}},
         "matrix": {"build": ["baseline", "candidate"]},
-        "steps": [{"run": {"engine": "tinystream", "n_predict": 6}}]}, sort_keys=False))
+        "steps": [{"run": {"engine": "tinystream", "n_predict": tokens}}]}, sort_keys=False))
     return path
 
 
@@ -57,12 +57,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repetitions", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--tokens", type=int, default=6, help="tokens per run (the test's 6; more: less noise)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gate-aa-", dir=private_base()))
     failed = suspected = improved = 0
     started = time.monotonic()
     try:
-        exp = experiment(work, args.rounds)
+        exp = experiment(work, args.rounds, args.tokens)
         for rep in range(1, args.repetitions + 1):
             results = work / f"results-{rep:02d}"
             run = harness("run", str(exp), "--results", str(results), "--targets-dir", str(private_targets_dir()),
@@ -87,7 +88,7 @@ def main() -> int:
         low, high = binomtest(failed, n).proportion_ci(confidence_level=0.95, method="exact")
         print(f"A/A false positives: {failed} of {n} gates ({failed / n:.0%}, exact 95% CI {low:.0%}-{high:.0%}); "
               f"suspected (would be re-run by --confirm): {suspected}; improvements: {improved}; "
-              f"{args.rounds} rounds per build; wall {time.monotonic() - started:.0f} s")
+              f"{args.rounds} rounds per build, {args.tokens} tokens per run; wall {time.monotonic() - started:.0f} s")
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
