@@ -52,8 +52,8 @@ diff --git a/main.c b/main.c
 
 def layout(root: Path) -> Path:
     """A lab repository: the experiment, the engine's tree in engine/, its patch series in patches/."""
-    (root / "experiments").mkdir(parents=True)
-    (root / "experiments" / "change.yaml").write_text(EXPERIMENT)
+    (root / "ci").mkdir(parents=True)
+    (root / "ci" / "change.yaml").write_text(EXPERIMENT)
     (root / "engine").mkdir()
     (root / "engine" / "main.c").write_text(ENGINE_C)
     (root / "patches").mkdir()
@@ -62,7 +62,7 @@ def layout(root: Path) -> Path:
 
 def ci_init(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     engine = [] if "--engine-dir" in args else ["--engine-dir", "engine"]
-    return cli_in_process("ci", "init", "--gate", "change", "--experiment", "experiments/change.yaml", *engine,
+    return cli_in_process("ci", "init", "--gate", "change", "--experiment", "ci/change.yaml", *engine,
                           *args, cwd=root)
 
 
@@ -94,7 +94,7 @@ def test_it_builds_both_sides_in_one_session_and_gates_across_build(workflow: Pa
     assert set(wf["on"]) == {"push", "workflow_dispatch"} and wf["on"]["push"]["branches"] == ["main"]
     job = _job(workflow)
     env = job["env"]
-    assert (env["EXPERIMENT"], env["ENGINE_DIR"], env["PATCHES"]) == ("experiments/change.yaml", "engine", "patches")
+    assert (env["EXPERIMENT"], env["ENGINE_DIR"], env["PATCHES"]) == ("ci/change.yaml", "engine", "patches")
     assert (env["BASELINE_BUILD"], env["CANDIDATE_BUILD"]) == ("baseline", "candidate")
     assert env["BASELINE_REV"] == "${{ inputs.baseline_rev || vars.BASELINE_REV || '' }}"
     assert job["concurrency"] == {"group": "board-${{ vars.BOARD || 'orin-01' }}", "cancel-in-progress": False}
@@ -221,30 +221,32 @@ def test_an_engine_tree_that_is_the_repository_itself(tmp_path: Path, lab: tuple
 def test_ci_init_change_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str], experiment: str,
                                                       said: str) -> None:
     root = layout(tmp_path)
-    (root / "experiments" / "change.yaml").write_text(experiment)
+    (root / "ci" / "change.yaml").write_text(experiment)
     done = ci_init(root, *args)
     assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (root / ".github").exists()
 
 
 def test_the_example_in_docs_ci_md_is_true(tmp_path: Path) -> None:
-    """docs/ci.md's example repository: its experiment plans (both builds in every round, interleaved) and its
-    `harness ci init` command writes the change workflow for that layout."""
+    """docs/ci.md's example repository: its experiment is the shipped one, which plans (both builds in every
+    round, interleaved), and its `harness ci init` command writes the change workflow for that layout."""
     import re
     import shlex
 
     text = (REPO / "docs" / "ci.md").read_text()
-    experiment = re.search(r"```yaml\n(# experiments/ci/engine-change\.yaml.*?)```", text, re.S)
+    shipped = REPO / "experiments" / "examples" / "engine-change.yaml"
+    experiment = re.search(r"```yaml\n(# experiments/examples/engine-change\.yaml.*?)```", text, re.S)
     command = re.search(r"^(harness ci init --gate change .*?[^\\])$", text, re.S | re.M)
     assert experiment and command, "docs/ci.md lost its example experiment or its ci init command"
-    root = tmp_path / "lab-harness"
-    for folder in ("experiments/ci", "engine", "patches/llama.cpp"):
-        (root / folder).mkdir(parents=True)
-    (root / "experiments" / "ci" / "engine-change.yaml").write_text(experiment.group(1))
-    runs = build_plan(load_resolved(root / "experiments" / "ci" / "engine-change.yaml")).runs
+    assert experiment.group(1) == shipped.read_text(), "docs/ci.md's experiment differs from the shipped file"
+    runs = build_plan(load_resolved(shipped)).runs
     assert [(r.params["build"], r.round) for r in runs[:5]] == [
         ("baseline", 1), ("baseline", 1), ("candidate", 1), ("candidate", 1), ("baseline", 2)]
     assert len(runs) == 20 and {r.round for r in runs} == {1, 2, 3, 4, 5}
+    root = tmp_path / "lab-harness"
+    for folder in ("engine", "patches/llama.cpp"):
+        (root / folder).mkdir(parents=True)
+    shutil.copytree(REPO / "experiments", root / "experiments")
     args = shlex.split(command.group(1).replace("\\\n", " "))
     done = cli_in_process(*args[1:], cwd=root)
     assert done.returncode == 0, done.stderr
@@ -255,7 +257,7 @@ def test_the_example_in_docs_ci_md_is_true(tmp_path: Path) -> None:
 def test_the_change_gate_needs_the_engine_dir(tmp_path: Path) -> None:
     """Without --engine-dir the job would build the harness's own checkout as the engine: refused, one line."""
     root = layout(tmp_path)
-    done = cli_in_process("ci", "init", "--gate", "change", "--experiment", "experiments/change.yaml", cwd=root)
+    done = cli_in_process("ci", "init", "--gate", "change", "--experiment", "ci/change.yaml", cwd=root)
     assert done.returncode == 2 and "--gate change needs --engine-dir DIR" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (root / ".github").exists()
 

@@ -105,7 +105,7 @@ def gate_the_push(work: Path, lab: Path, workflow: Path, head: str, before: str,
     them): its exit code, JSON report and the two trees built."""
     sides = engine_sources(lab, workflow, work / "trees", head, before)
     results = work / f"results-{head[:8]}"
-    done = run_campaign(str(lab / "experiments" / "engine-change.yaml"), "--results", str(results),
+    done = run_campaign(str(lab / "ci" / "engine-change.yaml"), "--results", str(results),
                         "--build-source", f"candidate={sides['candidate']}",
                         "--build-source", f"baseline={sides['baseline']}",
                         "--scratch", str(private_base() / "gate-builds-scratch"))
@@ -128,7 +128,7 @@ def test_a_patch_that_sleeps_per_token_fails_the_change_gate_and_a_comment_passe
     work = tmp_path
     lab = work / "lab"
     first, slow, comment = lab_repository(lab)
-    done = cli_in_process("ci", "init", "--gate", "change", "--experiment", "experiments/engine-change.yaml",
+    done = cli_in_process("ci", "init", "--gate", "change", "--experiment", "ci/engine-change.yaml",
                           "--engine-dir", "engine", "--patches", "patches", cwd=lab)
     assert done.returncode == 0, done.stderr
     workflow = lab / ".github" / "workflows" / "engine-change.yml"
