@@ -61,9 +61,9 @@ def lab_repository(where: Path) -> list[str]:
     comment. The revisions' ids, oldest first."""
     (where / "engine").mkdir(parents=True)
     (where / "patches").mkdir()
-    (where / "experiments").mkdir()
+    (where / "ci").mkdir()
     (where / "engine" / "tinystream.c").write_text(SOURCE.read_text())
-    (where / "experiments" / "engine-change.yaml").write_text(experiment_text(where / "engine"))
+    (where / "ci" / "engine-change.yaml").write_text(experiment_text(where / "engine"))
     (where / "patches" / "README").write_text("the lab's patch series, applied in name order\n")
     git(where, "init", "-q", "-b", "main")
     git(where, "add", ".")
