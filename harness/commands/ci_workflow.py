@@ -115,9 +115,9 @@ def render(*, board: str | None = None, labels: Sequence[str] | None = None,
     values = {
         "@BOARD_NOTE@": board or "none (set it to enable the job)",
         "@LABELS_NOTE@": listed,
-        "@BOARD@": _expression_text(board or ""),
-        "@LABELS@": _expression_text(listed),
-        "@BASELINE@": _expression_text(baseline),
+        "@BOARD@": expression_text(board or ""),
+        "@LABELS@": expression_text(listed),
+        "@BASELINE@": expression_text(baseline),
         "@EXPERIMENT@": json.dumps(experiment),  # a JSON string is a YAML double-quoted scalar
         "@RESULTS@": RESULTS_DIR,
     }
@@ -127,6 +127,6 @@ def render(*, board: str | None = None, labels: Sequence[str] | None = None,
     return text
 
 
-def _expression_text(value: str) -> str:
+def expression_text(value: str) -> str:
     """A value inside a single-quoted string of a GitHub expression: quotes doubled."""
     return value.replace("'", "''")

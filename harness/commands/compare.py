@@ -1,4 +1,5 @@
-"""``harness compare A B`` (two sets) or ``harness compare SET --baseline-variant NAME`` (variants of one set): per
+"""``harness compare A B`` (two sets), ``harness compare SET --baseline-variant NAME`` (variants of one set) or
+``harness compare SET --across AXIS [--baseline-value V]`` (each cell against the one differing only in AXIS): per
 matching cell (target, variant, step, test) and metric the ratio of medians, its bootstrap 95 % interval,
 Mann-Whitney p and n per side (:func:`harness.analysis.ratios.ratio_of_medians`, the estimate the gate and figure
 F4 use). It reports; it decides nothing (that is ``harness gate``)."""
@@ -15,7 +16,7 @@ from harness.errors import UsageError
 from harness.results.loader import ResultSet, find_result_set, load_result_set, unverified_note
 
 if TYPE_CHECKING:  # pandas and scipy load when the command runs, not whenever the CLI starts
-    from harness.commands.comparison import Pair
+    from harness.commands.comparison import Across, Pair
     from harness.results.metrics import Metric
 
 FORMATS = ("table", "json", "md")
@@ -29,6 +30,11 @@ def compare(a: str = typer.Argument(..., metavar="A", help="the baseline set: id
             baseline_variant: str = typer.Option(None, "--baseline-variant", metavar="NAME",
                                                  help="compare each variant of A with this one, e.g. "
                                                       "'read_ahead_kb=8192 threads=1' (per cache condition)"),
+            across: str = typer.Option(None, "--across", metavar="AXIS",
+                                       help="compare each cell of A with the one differing only in this matrix "
+                                            "axis (e.g. build), at its baseline value"),
+            baseline_value: str = typer.Option(None, "--baseline-value", metavar="NAME",
+                                               help="with --across: the axis's baseline value (default: its first)"),
             variant: list[str] = typer.Option(None, "--variant", metavar="NAME",
                                               help="only these variants (repeatable; words of the label)"),
             metric: list[str] = typer.Option(None, "--metric", metavar="NAME",
@@ -36,43 +42,56 @@ def compare(a: str = typer.Argument(..., metavar="A", help="the baseline set: id
             output: str = typer.Option("table", "--format", help="table, json or md"),
             results: Path = ResultsOpt) -> None:
     """Compare two result sets, or the variants of one, cell by cell."""
-    from harness.commands.comparison import CROSS_SESSION_NOTE, metric_by_name, present_metrics
+    from harness.commands.comparison import CROSS_SESSION_NOTE, across_of, metric_by_name, present_metrics
 
     if output not in FORMATS:
         raise UsageError(f"--format: expected one of {', '.join(FORMATS)}, got {output!r}")
-    if (b is None) == (baseline_variant is None):
-        raise UsageError("give a second set B, or --baseline-variant NAME to compare the variants of A (not both)")
+    if sum(given is not None for given in (b, baseline_variant, across)) != 1:
+        raise UsageError("give a second set B, or --baseline-variant NAME or --across AXIS to compare the cells "
+                         "of A (one)")
+    if baseline_value is not None and across is None:
+        raise UsageError(f"--baseline-value {baseline_value}: only with --across AXIS")
     chosen = [metric_by_name(name) for name in metric or []]
     base = load_result_set(find_result_set(a, results), verify=True)
     cand = load_result_set(find_result_set(b, results), verify=True) if b is not None else base
+    axis = across_of(cand, across, baseline_value) if across is not None else None
     metrics = chosen or present_metrics(base, cand)
     if not metrics:
         raise UsageError(f"no metric is in both {base.path} and {cand.path}")
-    pairs = _pairs(base, cand, metrics, baseline_variant, variant or None)
+    pairs = _pairs(base, cand, metrics, baseline_variant, variant or None, axis)
     by_name = {m.name: m for m in metrics}
     rows = [_row(pair, by_name[pair.metric]) for pair in pairs]
-    against = base.set_id if b is not None else baseline_variant
+    against = base.set_id if b is not None else axis.label() if axis is not None else baseline_variant
     notes = ([CROSS_SESSION_NOTE] if b is not None else []) + _notes(base, cand)
     _print(rows, notes, output, f"{cand.set_id} vs {against}",
            {"baseline": against, "set": cand.set_id, "mode": "cross-session" if b is not None else "same-session"})
 
 
 def _pairs(base: ResultSet, cand: ResultSet, metrics: list[Metric], baseline_variant: str | None,
-           only: list[str] | None) -> list[Pair]:
-    from harness.commands.comparison import check_variant, cross_set_pairs, metric_samples, same_session_pairs
+           only: list[str] | None, axis: Across | None = None) -> list[Pair]:
+    from harness.commands.comparison import (
+        across_pairs,
+        check_variant,
+        cross_set_pairs,
+        metric_samples,
+        same_session_pairs,
+    )
 
     pairs: list[Pair] = []
     for metric in metrics:
         found = metric_samples(cand, metric)
         for name in only or []:
             check_variant(name, found, f"{cand.path} ({metric.name})")
-        if baseline_variant is not None:
+        if axis is not None:
+            pairs += across_pairs(found, axis, only)
+        elif baseline_variant is not None:
             check_variant(baseline_variant, found, f"{cand.path} ({metric.name})")
             pairs += same_session_pairs(found, baseline_variant, only)
         else:
             pairs += cross_set_pairs(metric_samples(base, metric), found, base.set_id, only)
     if not pairs:
-        against = f"variant {baseline_variant!r}" if baseline_variant else str(base.path)
+        against = (f"its {axis.label()} cells (--across {axis.axis})" if axis else
+                   f"variant {baseline_variant!r}" if baseline_variant else str(base.path))
         raise UsageError(f"{cand.path}: no cell to compare with {against} (no matching target, variant, step, test)")
     return pairs
 

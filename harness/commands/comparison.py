@@ -1,6 +1,7 @@
 """What ``harness compare`` and ``harness gate`` share: metrics and thresholds from the command line, the samples of
-a set, the pairs of cells to compare (same session: each variant against a baseline variant; across sessions: the
-same cell in two sets), and the output formats (Rich table, markdown, JSON)."""
+a set, the pairs of cells to compare (same session: each variant against a baseline variant, or each cell against
+the one differing only in one axis, ``--across``; across sessions: the same cell in two sets), and the output
+formats (Rich table, markdown, JSON)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from harness.errors import UsageError
 from harness.results.cell import CellKey
 from harness.results.loader import ResultSet
 from harness.results.metrics import METRICS, Metric
-from harness.results.pairing import BaselineRule, CellPair, pair_cells, same_cell
+from harness.results.pairing import BaselineRule, CellPair, across, pair_cells, same_cell
 from harness.results.samples import missing_columns, samples
 
 # Count metrics are near-deterministic for a model and build; times move with clocks, heat and neighbours.
@@ -48,10 +49,26 @@ class Pair:
     cand_values: np.ndarray
     base_runs: list[tuple[str, str]] = field(default_factory=list)  # (target, run_id) of each side's runs
     cand_runs: list[tuple[str, str]] = field(default_factory=list)
+    across: tuple[str, str] | None = None  # with --across: the axis and the candidate cell's value of it
 
     def key(self) -> dict[str, str]:
-        return {"target": self.target, "step": self.step, "test": self.test, "metric": self.metric,
+        keys = {"target": self.target, "step": self.step, "test": self.test, "metric": self.metric,
                 "variant": self.variant, "baseline": self.baseline}
+        if self.across is not None:
+            keys.update(axis=self.across[0], axis_value=self.across[1])
+        return keys
+
+
+@dataclass(frozen=True)
+class Across:
+    """``--across AXIS --baseline-value VALUE``: each cell against the cell equal in everything but the axis,
+    whose value is VALUE (``build`` and the baseline build: the change a build makes, per cell)."""
+
+    axis: str
+    value: str
+
+    def label(self) -> str:
+        return f"{self.axis}={self.value}"
 
 
 def parse_percent(text: str, where: str) -> float:
@@ -140,9 +157,27 @@ def _baseline_rule(wanted: CellKey, name: str) -> BaselineRule:
     return rule
 
 
-def _pair(pair: CellPair, baseline: str | None = None) -> Pair:
+def across_of(result_set: ResultSet, axis: str, value: str | None) -> Across:
+    """``--across AXIS [--baseline-value VALUE]`` checked against the set's experiment: the axis must be one of
+    its matrix keys with at least two values, VALUE one of them (default: the first, as the experiment lists
+    them). Bad input is one line naming the option and the set."""
+    matrix = result_set.manifest.get("matrix") or {}
+    if axis not in matrix:
+        raise UsageError(f"--across {axis}: not a matrix axis of {result_set.path} "
+                         f"(axes: {', '.join(matrix) or 'none'})")
+    values = [str(v) for v in matrix[axis]]
+    if len(values) < 2:
+        raise UsageError(f"--across {axis}: {result_set.path} has one value of it ({', '.join(values)}), "
+                         "nothing to compare")
+    if value is not None and value not in values:
+        raise UsageError(f"--baseline-value {value}: not a value of {axis} in {result_set.path} "
+                         f"(values: {', '.join(values)})")
+    return Across(axis, values[0] if value is None else value)
+
+
+def _pair(pair: CellPair, baseline: str | None = None, axis: str | None = None) -> Pair:
     """A pairing's result as compare's and gate's row source: ``baseline`` names the other set (across sets),
-    else the baseline cell's variant."""
+    else the baseline cell's variant; ``axis`` (--across) adds the candidate's value of it."""
     def side(rows: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str]]]:
         runs = list(dict.fromkeys(zip(rows["target"], rows["run_id"], strict=True)))
         return rows["value"].to_numpy(dtype=float), runs
@@ -151,7 +186,9 @@ def _pair(pair: CellPair, baseline: str | None = None) -> Pair:
     target, step, test, metric = (str(part) for part in pair.group[:4])
     variant = str(pair.cand_rows["variant"].iloc[0])
     base = baseline if baseline is not None else str(pair.base_rows["variant"].iloc[0])
-    return Pair(target, step, test, metric, variant, base, bv, cv, br, cr)
+    value = dict(pair.cand.matrix).get(axis or "")
+    return Pair(target, step, test, metric, variant, base, bv, cv, br, cr,
+                None if axis is None or value is None else (axis, value))
 
 
 def same_session_pairs(found: pd.DataFrame, baseline_name: str, only: list[str] | None = None) -> list[Pair]:
@@ -160,6 +197,14 @@ def same_session_pairs(found: pd.DataFrame, baseline_name: str, only: list[str] 
     wanted = _typed(baseline_name, "the set")
     chosen = [_typed(o, "the set") for o in only] if only else None
     return [_pair(p) for p in pair_cells(found, GROUP, _baseline_rule(wanted, baseline_name), wanted=_wanted(chosen))]
+
+
+def across_pairs(found: pd.DataFrame, chosen: Across, only: list[str] | None = None) -> list[Pair]:
+    """Each cell (or only those matching ``only``) against the cell of the same target, step and test equal in
+    everything but ``chosen.axis``, whose value is the baseline's (:func:`harness.results.pairing.across`)."""
+    wanted = [_typed(o, "the set") for o in only] if only else None
+    return [_pair(p, axis=chosen.axis)
+            for p in pair_cells(found, GROUP, across(chosen.axis, chosen.value), wanted=_wanted(wanted))]
 
 
 def cross_set_pairs(base: pd.DataFrame, cand: pd.DataFrame, base_id: str, only: list[str] | None = None

@@ -8,14 +8,24 @@ import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-from harness.commands.comparison import Columns, group_by_metric, markdown_table, visible_columns
+from harness.commands.comparison import Across, Columns, group_by_metric, markdown_table, visible_columns
 
 COLUMNS: Columns = [(c, c) for c in ("target", "step", "test", "metric", "variant", "baseline", "n")] + [
     ("ratio", "ratio"), ("95% CI", "ci"), ("p", "p"), ("limit", "limit"), ("verdict", "verdict"),
     ("why", "reason")]
 PER_METRIC = ("metric", "baseline", "limit")  # said once in a per-metric table's title
+
+
+class AxisRegressions(TypedDict):
+    """With --across: how many of one axis value's cells regressed on one metric (JSON ``regressed``)."""
+
+    axis: str
+    value: str
+    metric: str
+    regressions: int
+    cells: int
 
 
 def table_columns(rows: list[dict[str, Any]]) -> Columns:
@@ -31,6 +41,29 @@ class GateOutcome:
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     confirmation: str | None = None  # the confirmation set's path
+    across: Across | None = None  # --across: the axis and its baseline value
+
+    def regressed(self) -> list[AxisRegressions]:
+        """With --across: per value of the axis (other than the baseline's) and metric, how many of its cells
+        regressed against the baseline value's, in order of first appearance."""
+        if self.across is None:
+            return []
+        counts: dict[tuple[str, str], list[int]] = {}
+        for row in self.rows:
+            seen = counts.setdefault((row["axis_value"], row["metric"]), [0, 0])
+            seen[0] += row["verdict"] == "regression"
+            seen[1] += 1
+        return [AxisRegressions(axis=self.across.axis, value=value, metric=metric, regressions=n, cells=cells)
+                for (value, metric), (n, cells) in counts.items()]
+
+    def regressed_lines(self) -> list[str]:
+        """Which value of the axis regressed, one line each ("build strategies regressed decode_tps in 2 of 4
+        cells"), or one line saying none did; nothing without --across."""
+        if self.across is None:
+            return []
+        lines = [f"{c['axis']} {c['value']} regressed {c['metric']} in {c['regressions']} of {c['cells']} cells"
+                 for c in self.regressed() if c["regressions"]]
+        return lines or [f"no {self.across.axis} regressed"]
 
     def by_metric(self) -> dict[str, list[dict[str, Any]]]:
         return group_by_metric(self.rows)
@@ -48,9 +81,14 @@ class GateOutcome:
         return f"gate {'FAILED' if self.failed else 'passed'}: {counts}"
 
     def document(self) -> dict[str, Any]:
-        return {"set": self.set_id, "baseline": self.baseline, "mode": self.mode, "result": self.headline(),
-                "exit_code": 1 if self.failed else 0, "confirmation": self.confirmation, "notes": self.notes,
-                "cells": self.rows}
+        document: dict[str, Any] = {
+            "set": self.set_id, "baseline": self.baseline, "mode": self.mode, "result": self.headline(),
+            "exit_code": 1 if self.failed else 0, "confirmation": self.confirmation, "notes": self.notes,
+            "cells": self.rows}
+        if self.across is not None:
+            document.update(across={"axis": self.across.axis, "baseline_value": self.across.value},
+                            regressed=self.regressed(), summary=self.regressed_lines())
+        return document
 
 
 def failure_message(row: dict[str, Any]) -> str:
@@ -99,6 +137,8 @@ def _write(path: Path, root: ET.Element) -> None:
 
 def markdown(outcome: GateOutcome) -> str:
     lines = [f"### harness gate: {outcome.set_id} vs {outcome.baseline}", "", f"**{outcome.headline()}**", ""]
+    for line in outcome.regressed_lines():  # which build (value of the --across axis) regressed
+        lines += [f"**{line}**", ""]
     lines += [f"- {note}" for note in outcome.notes] + ([""] if outcome.notes else [])
     return "\n".join(lines + [markdown_table(outcome.rows, COLUMNS), ""])
 

@@ -17,8 +17,11 @@ from rich.console import Console
 
 from harness.commands.comparison import (
     CROSS_SESSION_NOTE,
+    Across,
     MetricSpec,
     Pair,
+    across_of,
+    across_pairs,
     check_variant,
     ci_text,
     cross_set_pairs,
@@ -32,29 +35,40 @@ from harness.results.metrics import Metric
 from harness.results.samples import perturbed_note, runs_not_ok, samples
 
 
+def check_modes(baseline_variant: str | None, baseline: str | None, axis: str | None,
+                baseline_value: str | None) -> None:
+    """Exactly one baseline: a variant, a set, or an axis (``--baseline-value`` only with ``--across``)."""
+    if sum(given is not None for given in (baseline_variant, baseline, axis)) != 1:
+        raise UsageError("give --baseline-variant NAME or --across AXIS (same session) or --baseline SET2 "
+                         "(another session), one")
+    if baseline_value is not None and axis is None:
+        raise UsageError(f"--baseline-value {baseline_value}: only with --across AXIS")
+
+
 def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, specs: list[MetricSpec],
-                confirm: int, results: Path, targets_dir: Path | None, lease_wait: float) -> GateOutcome:
+                confirm: int, results: Path, targets_dir: Path | None, lease_wait: float, *,
+                axis: str | None = None, baseline_value: str | None = None) -> GateOutcome:
     """The gate's outcome for the set ``name`` (every pair decided, confirmed when asked)."""
-    if (baseline_variant is None) == (baseline is None):
-        raise UsageError("give --baseline-variant NAME (same session) or --baseline SET2 (another session), one")
+    check_modes(baseline_variant, baseline, axis, baseline_value)
     # read for a decision: each set must match its SHA256SUMS (a deleted run, a changed table: bad input, exit 2)
     cand = load_result_set(find_result_set(name, results), verify=True)
     base = load_result_set(find_result_set(baseline, results), verify=True) if baseline is not None else cand
     for one in [cand] if base is cand else [cand, base]:
         _check_complete(one)
+    chosen = across_of(cand, axis, baseline_value) if axis is not None else None
     found = {spec.metric.name: _gated_samples(cand, spec) for spec in specs}
     base_found = found if base is cand else {spec.metric.name: _gated_samples(base, spec) for spec in specs}
     for spec in specs:
         _check_runs(cand, found[spec.metric.name], spec)
         if base is not cand:
             _check_runs(base, base_found[spec.metric.name], spec)
-    outcome = GateOutcome(cand.set_id, baseline_variant or base.set_id,
-                          "same-session" if base is cand else "cross-session")
+    outcome = GateOutcome(cand.set_id, chosen.label() if chosen else baseline_variant or base.set_id,
+                          "same-session" if base is cand else "cross-session", across=chosen)
     if base is not cand:
         outcome.notes.append(CROSS_SESSION_NOTE)
     outcome.notes += [note for one in ([cand] if base is cand else [cand, base]) if (note := perturbed_note(one))]
     outcome.notes += [unverified_note(one) for one in ([cand] if base is cand else [cand, base]) if not one.verified]
-    pairs = _all_pairs(specs, cand, found, base_found, baseline_variant, base)
+    pairs = _all_pairs(specs, cand, found, base_found, baseline_variant, base, chosen)
     outcome.rows = [_row(pair, spec) for pair, spec in pairs]
     suspected = [pair for (pair, _), row in zip(pairs, outcome.rows, strict=True) if row["suspected"]]
     if confirm and suspected:
@@ -62,7 +76,8 @@ def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, s
         extra = load_result_set(path)
         found = {key: pd.concat([frame, samples(extra, _metric_named(specs, key))], ignore_index=True)
                  for key, frame in found.items()}
-        pairs = _all_pairs(specs, cand, found, base_found if base is not cand else found, baseline_variant, base)
+        pairs = _all_pairs(specs, cand, found, base_found if base is not cand else found, baseline_variant, base,
+                           chosen)
         outcome.rows = [_row(pair, spec) for pair, spec in pairs]
         outcome.confirmation = str(path)
         outcome.notes.append(f"confirmation: {path} ({confirm} more rounds of {len(suspected)} suspected cells and "
@@ -109,18 +124,21 @@ def _first_bad(bad: pd.DataFrame) -> str:
 
 
 def _all_pairs(specs: list[MetricSpec], cand: ResultSet, found: dict[str, pd.DataFrame],
-               base_found: dict[str, pd.DataFrame], baseline_variant: str | None, base: ResultSet
-               ) -> list[tuple[Pair, MetricSpec]]:
+               base_found: dict[str, pd.DataFrame], baseline_variant: str | None, base: ResultSet,
+               chosen: Across | None = None) -> list[tuple[Pair, MetricSpec]]:
     out: list[tuple[Pair, MetricSpec]] = []
     for spec in specs:
         frame = found[spec.metric.name]
-        if baseline_variant is not None:
+        if chosen is not None:
+            pairs = across_pairs(frame, chosen)
+        elif baseline_variant is not None:
             check_variant(baseline_variant, frame, f"{cand.path} ({spec.metric.name})")
             pairs = same_session_pairs(frame, baseline_variant)
         else:
             pairs = cross_set_pairs(base_found[spec.metric.name], frame, base.set_id)
         if not pairs:
-            against = f"baseline variant {baseline_variant!r}" if baseline_variant else f"the cells of {base.path}"
+            against = (f"its {chosen.label()} cells (--across {chosen.axis})" if chosen else
+                       f"baseline variant {baseline_variant!r}" if baseline_variant else f"the cells of {base.path}")
             raise UsageError(f"metric {spec.metric.name}: no cell of {cand.path} overlaps {against} "
                              "(same target, step and test)")
         out += [(pair, spec) for pair in pairs]

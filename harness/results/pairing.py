@@ -11,6 +11,9 @@ numbers they always gave while sharing the code:
   condition (``harness.commands.comparison``'s rule);
 - ``compare``/``gate`` across two sets: :func:`same_cell` looked up in the other set (``base=``), grouped by the
   variant too, so each cell meets itself;
+- ``compare``/``gate --across AXIS`` in one set: :func:`across`, the cell equal in every part of its key but the
+  axis, whose value is the baseline's (``build=base`` for ``build=strategies threads=2 cold``): the change one
+  axis makes, everything else held fixed;
 - F4: the experiment's ``baseline`` matrix values under the cell's cache condition on its target, *without* an
   engine label: a bmoe cell is drawn against llama.cpp's baseline, and the baseline's own row is kept
   (``with_self``, ratio 1).
@@ -21,7 +24,7 @@ The statistics stay in :mod:`harness.analysis.ratios`: this module only says whi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -47,6 +50,19 @@ class CellPair:
 def same_cell(cell: CellKey, cells: Sequence[CellKey]) -> CellKey | None:
     """The rule across two sets: the same cell, when the other set measured it."""
     return cell if cell in cells else None
+
+
+def across(axis: str, value: str) -> BaselineRule:
+    """The rule of ``--across AXIS``: the cell equal to the candidate in target, engine label, cache condition
+    and every matrix value but ``axis``'s, which is ``value``. A cell that does not vary over the axis (a step
+    whose ``over:`` leaves it out) has no baseline on it."""
+    def rule(cell: CellKey, cells: Sequence[CellKey]) -> CellKey | None:
+        if axis not in dict(cell.matrix):
+            return None
+        wanted = replace(cell, matrix=tuple((k, value if k == axis else v) for k, v in cell.matrix))
+        return wanted if wanted in cells else None
+
+    return rule
 
 
 def _groups(frame: pd.DataFrame, by: list[str]) -> dict[tuple[object, ...], pd.DataFrame]:
