@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,7 +55,11 @@ def test_another_process_at_the_recorded_pid_is_told_apart_and_never_signalled(s
     assert transport.check(runner, recorded, MARKER) == SAME
     os.kill(runner, signal.SIGKILL)
     wait_for("the runner to be gone", lambda: transport.check(runner, recorded, MARKER) == GONE, 10)
-    # the recorded identity, pointing at a process with the same command line (what a reused pid can look like)
+    # the recorded identity, pointing at a process with the same command line (what a reused pid can look like).
+    # A start time is counted in clock ticks (10 ms): a process forked within the runner's tick would carry its very
+    # identity (1 in 40 here). A real reuse needs the pid counter to wrap first, so it is always ticks later: wait
+    # two ticks, as the kernel's own order of events guarantees.
+    time.sleep(2 / os.sysconf("SC_CLK_TCK"))
     sleepers.append(reused := _detached(MARKER))
     assert transport.check(reused, recorded, MARKER) == OTHER
     assert transport.signal_recorded(reused, signal.SIGKILL, recorded, MARKER) == OTHER
