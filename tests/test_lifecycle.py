@@ -213,7 +213,9 @@ def test_an_adopted_runner_whose_pid_is_another_process_now_is_left_alone(tmp_pa
     identity = _identity(runner)
     os.kill(runner, signal.SIGKILL)
     wait_for("the runner to be gone", lambda: not Path(f"/proc/{runner}").exists(), 10)
-    # the pid now names an unrelated process: one started after the runner (written into the record, as reuse)
+    # the pid now names an unrelated process: one started after the runner (written into the record, as reuse),
+    # ticks later, as a real reuse is (a start time counts 10 ms ticks: one forked in the runner's would be it)
+    time.sleep(2 / os.sysconf("SC_CLK_TCK"))
     reused = _detached_sleep(spec_path) if record == "identity" else _detached_sleep()
     try:
         fields = {"runner_identity": identity} if record == "identity" else {}
