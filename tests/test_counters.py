@@ -132,7 +132,9 @@ def test_counters_match_the_truth_of_compute_threads(native: Path, tmp_path: Pat
             assert shares["io_wait"] < 0.02, (role, shares)
             if role == "oversubscribed":  # never blocks: all it does not run, it waits for the CPU
                 assert_compute_thread(shares, fractions)
-                assert 0.3 <= shares["runqueue"] <= 0.7 and shares["runqueue"] > shares["other_sleep"], shares
+                # at least its partner's half of CPU 0 minus slack; more when other work on the machine takes CPU 0
+                # too (the truth check above holds either way; an upper bound held only on an idle machine)
+                assert shares["runqueue"] >= 0.3 and shares["runqueue"] > shares["other_sleep"], shares
             else:  # the barrier's futex waits
                 assert_blocked_matches("other_sleep", fractions["futex_ns"], shares)
     faster = min(roles["barrier"], key=lambda pair: pair[0]["cpu_ns"])[1]
