@@ -64,6 +64,16 @@ def _marked(wanted):
     return found
 
 
+def _exiting(pid):
+    """Signalled but not yet dead: /proc/PID/stat still there and its state not Z (zombie) or X (dead)."""
+    try:
+        with open("/proc/%s/stat" % pid) as handle:
+            state = handle.read().rsplit(") ", 1)[1][:1]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _in_scope(scope, keep_mark):
     def wanted(pid):
         mark = _mark_of(pid)
@@ -99,7 +109,9 @@ def _stop(wanted, timeout_s):
         stopped.append(found)
     deadline = time.monotonic() + timeout_s
     left = _marked(wanted)
-    while left and time.monotonic() < deadline:
+    # an exiting process loses its environment (its memory) before it is a zombie: wait for the exit itself too,
+    # so what is reported stopped has stopped (the test saw it still "running" right after)
+    while (left or any(_exiting(pid) for pid, _comm, _mark in stopped)) and time.monotonic() < deadline:
         time.sleep(0.02)
         left = _marked(wanted)
     return {"stopped": [{"pid": pid, "comm": comm, "run": mark} for pid, comm, mark in stopped],
