@@ -15,7 +15,7 @@ import os
 from contextlib import contextmanager
 
 from runner.util import read_value as read
-from runner.util import state_dir
+from runner.util import start_time, state_dir
 from runner.util import write_value as write
 
 
@@ -55,19 +55,13 @@ def _locked():
         os.close(fd)
 
 
-def _start_time(pid):
-    """Field 22 of /proc/PID/stat (start time in clock ticks since boot), or None when pid is gone."""
-    text = read("/proc/%d/stat" % pid)
-    return text.rsplit(")", 1)[1].split()[19] if text and ")" in text else None
-
-
 def _me():
-    return {"pid": os.getpid(), "start": _start_time(os.getpid())}
+    return {"pid": os.getpid(), "start": start_time(os.getpid())}
 
 
 def _alive(holder):
     try:
-        return _start_time(int(holder.get("pid"))) == holder.get("start")
+        return start_time(int(holder.get("pid"))) == holder.get("start")
     except (TypeError, ValueError):
         return False
 

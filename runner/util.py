@@ -324,3 +324,14 @@ def state_dir():
     if configured:
         return configured
     return "/run/harness" if os.path.isdir("/run") else os.path.join(tempfile.gettempdir(), "harness-state")
+
+
+def start_time(pid):
+    """Field 22 of /proc/PID/stat (start time in clock ticks since boot), or None when pid is gone: with the pid,
+    what tells a live process from a later one given the same number."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()[19] if ")" in text else None

@@ -16,7 +16,7 @@ import os
 
 from runner.emulation import cgroup
 from runner.emulation.base import EmulationError
-from runner.emulation.state import load, run_state_path, save_state
+from runner.emulation.state import load, owner, run_state_path, save_state
 
 
 class SideBudget:
@@ -92,7 +92,7 @@ class SideBudget:
         existed = os.path.exists(path)
         if present:
             self._made_state_file = not existed
-        state = (load(path) if existed else None) or {"pid": os.getpid(), "run_id": self.run_id, "cgroups": []}
+        state = (load(path) if existed else None) or dict(owner(self.run_id), cgroups=[])
         others = [d for d in state.get("cgroups", []) if d != self.path]
         state["cgroups"] = ([self.path] if present else []) + others
         if state["cgroups"] or not self._made_state_file:

@@ -13,6 +13,7 @@ from runner.emulation.repair import repair_locked
 from runner.emulation.state import (
     durable_path,
     forget_state,
+    owner,
     restore_read_ahead,
     run_state_path,
     save_state,
@@ -57,7 +58,7 @@ class Emulation:
             name = "%s.%d" % (self.run_id, os.getpid())
             self.dirs[resource] = os.path.join(cgroup.parent_dir(version, hierarchy, resource), name)
         # written before anything changes, so a runner killed from here on can be repaired
-        self.state = {"pid": os.getpid(), "run_id": self.run_id, "cgroups": sorted(set(self.dirs.values()))}
+        self.state = dict(owner(self.run_id), cgroups=sorted(set(self.dirs.values())))
         save_state(self.state, run_state_path(os.getpid()))
         if "read_ahead_kb" in self.wanted:
             path = block_path(self.device, "queue/read_ahead_kb")

@@ -12,7 +12,7 @@ import json
 import os
 
 from runner.emulation.cgroup import read, write
-from runner.util import state_dir
+from runner.util import start_time, state_dir
 
 DURABLE_ENV = "HARNESS_EMULATE_DURABLE"
 
@@ -59,8 +59,21 @@ def load(path):
         return {}  # a torn write: nothing to undo in it
 
 
+def owner(run_id):
+    """Who writes a state: this process, by pid, start time and the run it emulates for."""
+    return {"pid": os.getpid(), "start": start_time(os.getpid()), "run_id": run_id}
+
+
 def owner_alive(state):
-    """The runner that wrote ``state`` still runs (its command line names its run, so pid reuse is no match)."""
+    """The process that wrote ``state`` still runs: the same start time at its pid (a later process given the number
+    is no match), or, for a state of an older runner without one, its command line naming its run. The start time
+    counts for a process that is no runner too (a benchmark or a test using the emulation): their command lines do
+    not name the run, and every runner's repair took their live cgroups for a dead runner's and removed them."""
+    if state.get("start") is not None:
+        try:
+            return start_time(int(state.get("pid"))) == state.get("start")
+        except (TypeError, ValueError):
+            return False
     try:
         with open("/proc/%d/cmdline" % int(state.get("pid")), "rb") as handle:
             return str(state.get("run_id")).encode() in handle.read()
