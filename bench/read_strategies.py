@@ -172,7 +172,7 @@ def main() -> None:
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--used", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--budget", default="128M")
+    ap.add_argument("--budget", default="128M", help="memory.max of each server's cgroup; none: no cgroup")
     ap.add_argument("--read-ahead-kb", type=int, default=128, help="the device's, during each server (the board's)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=16)
@@ -186,6 +186,7 @@ def main() -> None:
     patched = build_llamacpp({"sdist": SDIST}, list(CPU_NATIVE_FLAGS), patches=SERIES, cache_dir=cache, log=print)
     native = REPO / "runner" / "native"
     subprocess.run(["make", "-s", "-C", str(native)], check=True)
+    budget = None if args.budget == "none" else parse_size(args.budget)
     names = ["base"] + [n for n in SETTINGS if n != "base" and (args.only is None or n in args.only)]
     runs: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="read-strategies-") as work:
@@ -202,7 +203,7 @@ def main() -> None:
             for name in names:  # interleaved: every round runs every setting once, base first
                 build = base if name == "base" else patched
                 with Server(str(build.binary("llama-server")), str(model), SETTINGS[name], args.threads,
-                            parse_size(args.budget), args.read_ahead_kb, f"rs{os.getpid()}-{r}-{name}") as server:
+                            budget, args.read_ahead_kb, f"rs{os.getpid()}-{r}-{name}") as server:
                     for i in range(args.requests):
                         one = attributable_request(server, prompts[(r * args.requests + i) % len(prompts)],
                                                    args.tokens, str(native / "bin"))
@@ -211,17 +212,18 @@ def main() -> None:
                               f"{one['device_read_bytes'] / 2**20:7.1f} MiB  avg io "
                               f"{one['avg_read_io_bytes'] / 1024:7.1f} KiB  in flight {one['inflight']:5.2f}",
                               flush=True)
-    print("\n| setting | device MiB | process MiB | avg read KiB | in flight | tok/s | vs base (95 % CI) |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("\n| setting | device MiB | process MiB | avg read KiB | in flight | tok/s | vs base (95 % CI) | own |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|")
     summary: dict[str, object] = {}
     for name in names:
         rows = runs[name]
         est = ratio_of_medians([x["tps"] for x in runs["base"]], [x["tps"] for x in rows])
         mid = {k: median(x[k] for x in rows) for k in rows[0]}
         summary[name] = {"medians": mid, "ratio": est.ratio, "ci": [est.low, est.high], "runs": rows}
+        own = sum(int(x["attributable"]) for x in rows)
         print(f"| {name} | {mid['device_read_bytes'] / 2**20:.1f} | {mid['process_read_bytes'] / 2**20:.1f} | "
               f"{mid['avg_read_io_bytes'] / 1024:.0f} | {mid['inflight']:.2f} | {mid['tps']:.2f} | "
-              f"{est.ratio:.3f} ({est.low:.3f}-{est.high:.3f}) |")
+              f"{est.ratio:.3f} ({est.low:.3f}-{est.high:.3f}) | {own}/{len(rows)} |")
     if args.json:
         args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "settings": summary},
                                         indent=1) + "\n")
