@@ -18,7 +18,7 @@ RESULTS_DIR = "ci-results"  # inside the workspace: a fresh directory per run, s
 # @NAME@ placeholders (GitHub's own ${{ }} expressions need no escaping this way)
 TEMPLATE = """\
 # Measure on a board attached to a self-hosted runner and gate on regressions.
-# Written by `harness ci init` (template: harness/commands/ci_workflow.py); README "CI on a self-hosted runner".
+# Written by `harness ci init` (template: harness/commands/ci_workflow.py); docs/guide.md "CI on a self-hosted runner".
 #
 # Repository variables (Settings > Secrets and variables > Actions > Variables) override the defaults below:
 #   BOARD                  the harness target to measure (targets/NAME.yaml); default: @BOARD_NOTE@
