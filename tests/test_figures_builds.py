@@ -26,7 +26,7 @@ from harness.results.loader import load_result_set
 from harness.results.tables import BENCH, REQUESTS, RUNS
 from tests.helpers import cli_in_process
 from tests.test_figures import kept_figures, overlapping_texts, png_numbers
-from tests.test_gate_across import SET_ID, write_set
+from tests.test_gate_across import SET_ID, pread_slower, write_set
 
 __all__ = ["kept_figures"]  # a fixture of tests/test_figures.py, used here
 
@@ -56,7 +56,8 @@ def test_a_set_without_a_build_axis_draws_f4_and_writes_report_md_as_before(tmp_
         _pixels_and_text(expected / "change_vs_baseline.png")
 
 
-# the seed's experiment on 2 cores (experiments/paper/read-strategies.yaml): the base build ignores the strategy
+# the seed's read-strategy experiment on 2 cores (the paper's read-strategies experiment): the base build ignores the
+# strategy variable, so each strategies cell is compared with base at the same strategy and threads
 STRATEGIES = ["off", "willneed", "pread-128k", "pread-128k-random", "pread-512k", "async-4", "async-8", "async-16"]
 SEED_MATRIX: dict[str, list[object]] = {"build": ["base", "strategies"], "strategy": list(STRATEGIES),
                                         "threads": [2, 4]}
@@ -185,3 +186,30 @@ def test_a_build_axis_of_one_value_is_drawn_as_any_other_set(tmp_path: Path) -> 
     assert "across" not in png
     assert "build=base strategy=off threads=2 cold" in png["llama-server decode (tok/s)"]  # the baseline's own row
     assert "## Change vs the same-session baseline (first cell)" in (path / "report.md").read_text()
+
+
+def test_f4_of_several_candidate_builds_names_each_under_its_ticks(tmp_path: Path,
+                                                                    kept_figures: list[MplFigure]) -> None:
+    """Builds willneed and pread against base at 1 and 2 threads: the builds are the groups (the title names them
+    and the baseline), the figure is wide enough for its title, and no text lies over another."""
+    path = write_set(tmp_path, pread_slower)
+    _render_f4_only(path)
+    (fig,) = kept_figures
+    (ax,) = [a for a in fig.axes if a.get_title(loc="left")]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["willneed", "pread"] and ax.get_xlabel() == "build"
+    assert fig.get_suptitle().startswith("build willneed, pread vs build base, same session")
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["threads=1", "threads=2"]
+    drawn = png_numbers(path / "figures" / "change_vs_baseline.png")["llama-server decode (tok/s)"]
+    assert {v: round(c["ratio"], 1) for v, c in drawn.items()} == {
+        "build=willneed threads=1 cold": 1.0, "build=willneed threads=2 cold": 1.0,
+        "build=pread threads=1 cold": 0.9, "build=pread threads=2 cold": 0.9}
+    assert overlapping_texts(fig) == []
+
+
+def test_the_baseline_build_is_the_experiments_or_the_axiss_first() -> None:
+    builds: dict[str, list[object]] = {"build": ["base", "strategies"], "threads": [2, 4]}
+    assert build_baseline(builds) == "base"
+    assert build_baseline(builds, {"build": "strategies", "threads": 2}) == "strategies"
+    assert build_baseline(builds, {"threads": 2}) == "base"
+    assert build_baseline({"build": ["base"], "threads": [2, 4]}) is None
+    assert build_baseline({"read_ahead_kb": [8192, 128]}, {"read_ahead_kb": 8192}) is None

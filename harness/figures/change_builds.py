@@ -16,6 +16,7 @@ axis with the fewest values: threads), one panel per metric and test as in every
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from harness.results.pairing import across, pair_cells
 BUILD_GROUP = ["panel", "target", "step", "cache"]
 COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
            "tab:cyan", "tab:gray")
+MIN_WIDTH_IN = 7.5  # room for the title's two lines when two or three groups are compared
 NUMBER_KEYS = ("ratio", "low", "high", "p", "n_baseline", "n_candidate", "baseline")
 
 
@@ -88,8 +90,10 @@ def _position(matrix: Mapping[str, Sequence[object]], key: str, value: str) -> i
 
 def _slots(ratios: pd.DataFrame, colour: str | None, matrix: Mapping[str, Sequence[object]]) -> list[Slot]:
     """Each row's slot. A group is the cell without its colour value, and without its build when only one build
-    is compared (the title names it); its target or step only when the figure holds several."""
-    several = {column: ratios[column].nunique() > 1 for column in ("target", "step", "build")}
+    is compared (the title names it); its target when the figure holds several, its step when a panel does (the
+    decode panel's llama-server and the llama-bench panels' steps are told apart by the panels)."""
+    several = {column: ratios[column].nunique() > 1 for column in ("target", "build")}
+    several["step"] = bool((ratios.groupby("panel")["step"].nunique() > 1).any())
     caches = list(dict.fromkeys(ratios.sort_values("index")["cache"]))
     slots = []
     for row in ratios.itertuples():
@@ -142,7 +146,8 @@ def builds_figure(ratios: pd.DataFrame, context: FigureContext, runs: pd.DataFra
     panels = list(dict.fromkeys(shown["panel"]))
     stacked, xlabel = _tick_labels(labels)
     per_group = max(1.0, label_width_in(stacked, 7) + 0.25, 0.75 * len(colours))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(1.6 + per_group * len(order), 1.6 + 2.2 * len(panels)),
+    width = max(MIN_WIDTH_IN, 1.6 + per_group * len(order))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(width, 1.6 + 2.2 * len(panels)),
                              sharex=True, squeeze=False, layout="constrained")
     # the groups of one target and cache condition share nothing with the next: a dotted line between them
     breaks = [i - 0.5 for i in range(1, len(order)) if groups[i][1][:2] != groups[i - 1][1][:2]]
@@ -158,12 +163,13 @@ def builds_figure(ratios: pd.DataFrame, context: FigureContext, runs: pd.DataFra
     bottom.set_xlim(-0.5, len(order) - 0.5)
     bottom.set_xlabel(xlabel, fontsize=8)
     builds = list(dict.fromkeys(ratios["build"]))
-    fig.supylabel(f"ratio to {BUILD}={build_base} of the same cell (median, 95 % CI)", fontsize=9)
+    fig.supylabel(f"ratio to {BUILD}={build_base} (median, 95 % CI)", fontsize=9)
     every = f"; every cell {' '.join(shared)}" if shared else ""
-    fig.suptitle(f"build {', '.join(builds)} vs build {build_base} of the same session: each cell against the "
-                 f"{BUILD}={build_base} cell equal in everything else\n(the pairs of harness gate --across {BUILD} "
-                 f"--baseline-value {build_base}); ratio of medians, bootstrap 95 % CI, filled: CI excludes ×1{every}",
-                 fontsize=9)
+    title = [f"build {', '.join(builds)} vs build {build_base}, same session: each cell against the "
+             f"{BUILD}={build_base} cell equal in everything else",
+             f"(harness gate --across {BUILD} --baseline-value {build_base} pairs the same); ratio of medians, "
+             f"bootstrap 95 % CI, filled: CI excludes ×1{every}"]
+    fig.suptitle(_wrapped(title, fig.get_figwidth(), 9), fontsize=9)
     if colour is not None:
         handles = [Line2D([], [], marker="o", ls="", color=COLOURS[i % len(COLOURS)]) for i in range(len(colours))]
         fig.legend(handles, [f"{colour}={v}" for v in colours], loc="outside lower center", ncols=len(colours),
@@ -173,6 +179,12 @@ def builds_figure(ratios: pd.DataFrame, context: FigureContext, runs: pd.DataFra
     drawn.update({panel: {row["variant"]: {k: row[k] for k in NUMBER_KEYS}
                           for _, row in shown[shown["panel"] == panel].iterrows()} for panel in panels})
     return context.save(fig, "change_vs_baseline", runs, drawn)
+
+
+def _wrapped(lines: list[str], width_in: float, fontsize: float) -> str:
+    """The title's lines, each broken to the figure's width (a comparison of two cells is a narrow figure)."""
+    chars = max(40, int((width_in - 0.4) * 72 / (fontsize * 0.6)))
+    return "\n".join(part for line in lines for part in textwrap.wrap(line, chars, break_on_hyphens=False))
 
 
 def _draw_panel(ax: Any, sub: pd.DataFrame, colours: list[str], groups: int) -> list[Text]:
