@@ -33,7 +33,8 @@ def main() -> None:
         rs.table(name)
     print(f"tables loaded in {time.perf_counter() - started:.1f} s; figures in {out}")
     context = FigureContext(rs.table, out, rs.set_id, settings_line(rs.manifest),
-                            list(rs.manifest.get("matrix") or {}), rs.manifest.get("baseline"))
+                            list(rs.manifest.get("matrix") or {}), rs.manifest.get("baseline"),
+                            dict(rs.manifest.get("matrix") or {}))
     for name, figure in FIGURES.items():
         missing = figure.missing(lambda table: not rs.table(table).empty)
         if missing:

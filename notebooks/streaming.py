@@ -28,7 +28,7 @@ from harness.figures.bandwidth import bound_table, cell_efficiency
 from harness.figures.change import observations, ratio_table
 from harness.figures.notebook import draw_group, open_set
 from harness.figures.report import bench_summary, request_summary
-from harness.figures.streaming import baseline_cell, change_table
+from harness.figures.streaming import baseline_cell, build_baseline, change_table
 from harness.results.tables import BENCH, FIO, REQUESTS, RUNS
 
 rs, context = open_set()
@@ -65,9 +65,11 @@ if runs.empty:
     changes = ratios = None
 else:
     baseline = baseline_cell(runs, context.params, context.baseline)
-    print("baseline:", baseline)
-    changes = change_table(runs, rs.table(REQUESTS.name), rs.table(BENCH.name), context.params, baseline)
-    ratios = ratio_table(observations(runs, rs.table, context.params), context.params, baseline)
+    build_base = build_baseline(context.matrix, context.baseline)  # a set comparing builds: each vs this build
+    print("baseline:", f"build={build_base} of the same cell" if build_base else baseline)
+    changes = change_table(runs, rs.table(REQUESTS.name), rs.table(BENCH.name), context.params, baseline,
+                           build_base)
+    ratios = ratio_table(observations(runs, rs.table, context.params), context.params, baseline, build_base)
 changes
 
 # %%

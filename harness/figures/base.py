@@ -39,6 +39,7 @@ class FigureContext:
     settings: str
     params: list[str] = field(default_factory=list)  # the experiment's matrix keys
     baseline: dict[str, Any] | None = None  # the experiment's baseline cell, if it names one
+    matrix: dict[str, list[Any]] = field(default_factory=dict)  # the experiment's matrix: each key's values, in order
 
     def save(self, fig: Any, name: str, runs: pd.DataFrame | None = None,
              numbers: dict[str, Any] | None = None) -> list[Path]:

@@ -6,6 +6,11 @@ the same cache condition on the same target: the numbers ``harness gate`` decide
 and the gate never disagree. Ratios are drawn on a log axis, where ×0.5 and ×2 are equally far from ×1 and a
 ×100 change does not flatten the ones that matter. The per-round mean ± sd table stays in report.md
 (:func:`harness.figures.streaming.change_table`).
+
+A set that compares builds (a ``build`` matrix axis of two or more values,
+:func:`harness.figures.streaming.build_baseline`) is drawn as the seed's Figure 4 instead
+(:mod:`harness.figures.change_builds`): each cell of a non-baseline build against the baseline build's cell equal
+in everything else, as ``harness gate --across build`` pairs them. Any other set is drawn as it always was.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import pandas as pd
 
 from harness.analysis.ratios import ratio_of_medians
 from harness.figures.base import FigureContext, register_figure
+from harness.figures.change_builds import build_ratio_table, builds_figure
 from harness.figures.layout import label_width_in, ratio_axis, stacked_label
-from harness.figures.streaming import baseline_cell
+from harness.figures.streaming import baseline_cell, build_baseline
 from harness.results.cell import CellKey
 from harness.results.metrics import METRICS
 from harness.results.pairing import BaselineRule, pair_cells
@@ -73,13 +79,17 @@ def _panel_title(name: str, rows: pd.DataFrame) -> str:
     return title
 
 
-def ratio_table(obs: pd.DataFrame, params: list[str], baseline: dict[str, Any]) -> pd.DataFrame:
+def ratio_table(obs: pd.DataFrame, params: list[str], baseline: dict[str, Any], build_base: str | None = None
+                ) -> pd.DataFrame:
     """Per panel and variant: ratio of medians vs the baseline variant of the same target and cache condition,
     its 95 % CI and Mann-Whitney p (``harness.analysis.ratios``); the baseline's own row has ratio 1. The baseline
     is the experiment's ``baseline`` matrix values with no engine label (:func:`f4_baseline`), paired by
-    :func:`harness.results.pairing.pair_cells` like compare's and gate's."""
+    :func:`harness.results.pairing.pair_cells` like compare's and gate's. With ``build_base`` (a set that
+    compares builds) the rows are :func:`build_ratio_table`'s instead."""
     if obs.empty:
         return pd.DataFrame()
+    if build_base is not None:
+        return build_ratio_table(obs, build_base)
     rows = []
     for pair in pair_cells(obs, ["panel", "target", "cache"], f4_baseline(baseline, params), with_self=True):
         panel, target, cache = pair.group
@@ -166,6 +176,10 @@ def change_vs_baseline_figure(ratios: pd.DataFrame, context: FigureContext, runs
 @register_figure("change_vs_baseline", needs=(RUNS,), needs_any=(REQUESTS, BENCH), group="streaming")
 def _change_vs_baseline(context: FigureContext) -> list[Path]:
     runs = context.table(RUNS.name)
+    build_base = build_baseline(context.matrix, context.baseline)
+    obs = observations(runs, context.table, context.params)
+    if build_base is not None:
+        return builds_figure(build_ratio_table(obs, build_base) if not obs.empty else pd.DataFrame(), context,
+                             runs, build_base)
     baseline = baseline_cell(runs, context.params, context.baseline)
-    ratios = ratio_table(observations(runs, context.table, context.params), context.params, baseline)
-    return change_vs_baseline_figure(ratios, context, runs)
+    return change_vs_baseline_figure(ratio_table(obs, context.params, baseline), context, runs)

@@ -58,6 +58,21 @@ def ratio_axis(ax: Axes, values: Iterable[float], style: str = "times") -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+def fine_ratio_ticks(ax: Axes, max_ticks: int = 7) -> None:
+    """On a :func:`ratio_axis` too narrow for the 1-2-5 series to tick more than ×1 (a build's ±20 %), ticks
+    every 1, 2, 5, 10, 20 or 50 %, the finest step that gives at most ``max_ticks``, labelled ``×0.9``."""
+    low, high = ax.get_ylim()
+    if sum(low <= t <= high for t in ax.get_yticks()) >= 3:
+        return
+    ticks: list[float] = []
+    for step in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5):
+        ticks = [k * step for k in range(math.ceil(low / step), math.floor(high / step) + 1)]
+        if len(ticks) <= max_ticks:
+            break
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _ratio_text(round(v, 6), "times")))
+
+
 def stacked_label(label: str) -> str:
     """``read_ahead_kb=128 threads=2 cold`` as one line per part, so tick labels need no rotation."""
     return "\n".join(label.split())

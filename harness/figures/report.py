@@ -18,7 +18,7 @@ from harness.figures import FIGURES, FigureContext
 from harness.figures.change import observations, ratio_table
 from harness.figures.equivalence_report import equivalence_lines
 from harness.figures.process_waits import process_wait_lines
-from harness.figures.streaming import baseline_cell, cell_label, change_table, ok_requests
+from harness.figures.streaming import BUILD, baseline_cell, build_baseline, cell_label, change_table, ok_requests
 from harness.figures.waits import wait_lines
 from harness.parsers.fio import ordered_jobs
 from harness.results.cachestate import cache_label, not_cleared
@@ -153,8 +153,9 @@ class Report:
 def figure_context(rs: ResultSet, out_dir: Path, manifest: Manifest | None = None) -> FigureContext:
     """What a set's figures are drawn from and into; the report and the notebooks build it here, alike."""
     manifest = manifest or rs.manifest
-    return FigureContext(rs.table, out_dir, manifest["set_id"], settings_line(manifest),
-                         list(manifest.get("matrix") or {}), manifest.get("baseline"))
+    matrix = dict(manifest.get("matrix") or {})
+    return FigureContext(rs.table, out_dir, manifest["set_id"], settings_line(manifest), list(matrix),
+                         manifest.get("baseline"), matrix)
 
 
 def draw_figures(context: FigureContext, group: str | None = None) -> tuple[list[Path], list[NotDrawn]]:
@@ -190,12 +191,13 @@ def render(path: Path, manifest: Manifest | None = None, include_perturbed: bool
     figures, skipped = draw_figures(figure_context(rs, rs.path / "figures", manifest))
     runs = rs.table(RUNS.name)
     changes, ratios = pd.DataFrame(), pd.DataFrame()
+    build_base = build_baseline(manifest.get("matrix"), manifest.get("baseline"))  # None: no builds compared
     if not runs.empty:
         baseline = baseline_cell(runs, params, manifest.get("baseline"))
-        changes = change_table(runs, rs.table(REQUESTS.name), rs.table(BENCH.name), params, baseline)
-        ratios = ratio_table(observations(runs, rs.table, params), params, baseline)
+        changes = change_table(runs, rs.table(REQUESTS.name), rs.table(BENCH.name), params, baseline, build_base)
+        ratios = ratio_table(observations(runs, rs.table, params), params, baseline, build_base)
     _write_markdown(rs, manifest, [f for f in figures if f.suffix == ".png"], changes, ratios,
-                    [s.report_line() for s in skipped], marked, include_perturbed)
+                    [s.report_line() for s in skipped], marked, include_perturbed, build_base)
     return Report(rs.path / "report.md", figures, skipped)
 
 
@@ -204,15 +206,27 @@ def render_report(path: Path, manifest: Manifest | None = None) -> list[Path]:
     return render(path, manifest).figures
 
 
-def ratio_lines(ratios: pd.DataFrame) -> list[str]:
-    """report.md's table of F4's numbers: ratio of medians vs the baseline with its 95 % CI."""
+def ratio_lines(ratios: pd.DataFrame, build_base: str | None = None) -> list[str]:
+    """report.md's table of F4's numbers: ratio of medians vs the baseline with its 95 % CI (with ``build_base``,
+    each cell's baseline is named: the baseline build's cell equal in everything else)."""
     if ratios.empty:
         return []
-    shown = ratios[~ratios["is_baseline"]][["panel", "variant", "ratio", "low", "high", "p", "n_baseline",
+    paired = ["baseline"] if build_base is not None else []
+    shown = ratios[~ratios["is_baseline"]][["panel", "variant", *paired, "ratio", "low", "high", "p", "n_baseline",
                                             "n_candidate"]]
     table = shown.to_markdown(index=False, floatfmt=".3g") if not shown.empty else "_no data_"
-    return ["", "## Ratio vs the baseline (median, bootstrap 95 % CI, Mann-Whitney p; figure change_vs_baseline)",
-            "", table]
+    if build_base is None:
+        return ["", "## Ratio vs the baseline (median, bootstrap 95 % CI, Mann-Whitney p; figure change_vs_baseline)",
+                "", table]
+    return ["", f"## Ratio to build {build_base} of the same cell (median, bootstrap 95 % CI, Mann-Whitney p; "
+                "figure change_vs_baseline)", "", _across_note(build_base), "", table]
+
+
+def _across_note(build_base: str) -> str:
+    """What report.md's change and ratio tables compare in a set that compares builds."""
+    return (f"Each cell of another build against the `{BUILD}={build_base}` cell equal in everything else (the other "
+            f"matrix values, cache condition, target, step), measured in the same interleaved rounds: the pairs "
+            f"`harness gate SET --across {BUILD} --baseline-value {build_base}` decides on.")
 
 
 def not_cleared_lines(runs: pd.DataFrame) -> list[str]:
@@ -281,7 +295,7 @@ def header_lines(manifest: Manifest) -> list[str]:
 
 def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], changes: pd.DataFrame,
                     ratios: pd.DataFrame, skipped: list[str], marked: pd.DataFrame,
-                    include_perturbed: bool = False) -> None:
+                    include_perturbed: bool = False, build_base: str | None = None) -> None:
     runs = rs.table(RUNS.name)
     lines = header_lines(manifest)
     lines += ["## Targets", ""]
@@ -316,10 +330,13 @@ def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], chan
     if not bench.empty:
         lines += ["", "## llama-bench", "", _table(bench)]
     lines += equivalence_lines(rs)
-    if not changes.empty:
+    if not changes.empty and build_base is not None:
+        lines += ["", f"## Change vs build {build_base} of the same cell and round", "", _across_note(build_base), "",
+                  _table(changes.drop(columns=["is_baseline"]))]
+    elif not changes.empty:
         lines += ["", f"## Change vs the same-session baseline ({manifest.get('baseline') or 'first cell'})", "",
                   _table(changes.drop(columns=["is_baseline"]))]
-    lines += ratio_lines(ratios)
+    lines += ratio_lines(ratios, build_base)
     lines += ["", "## fio ladder", "", _fio_section(rs, marked), "", "## Read baseline (block-stat accounting)", "",
               _table(read_summary(rs)), "", "## Figures", ""]
     lines += [f"![{f.stem}](figures/{f.name})" for f in figures]

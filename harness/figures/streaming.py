@@ -5,11 +5,13 @@ report.md share.
 F1: decode tok/s against device MB/s during decode, one point per request, with Pearson r (the seed
 article found r = 0.90 over 8 requests). F3: decode-time device throughput placed against the fio
 QD ladder measured on the same file. report.md's change table: each cell against the same-session
-baseline cell, mean ± sd over interleaved rounds.
+baseline cell, mean ± sd over interleaved rounds; in a set that compares builds (:func:`build_baseline`), each
+cell against the baseline build's cell equal in everything else, the pairing of ``harness gate --across build``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,9 +115,27 @@ def baseline_cell(runs: pd.DataFrame, params: list[str], chosen: dict[str, Any] 
     return {p: first[p] for p in params}
 
 
+BUILD = "build"  # the matrix axis naming which of the experiment's builds a cell ran (docs/methodology.md section 8)
+
+
+def build_baseline(matrix: Mapping[str, Sequence[object]] | None, chosen: Mapping[str, Any] | None = None
+                   ) -> str | None:
+    """The baseline build of a set that compares builds, i.e. whose matrix has a ``build`` axis of two or more
+    values: the experiment's ``baseline: {build: ...}`` when it names one of them, else the axis's first value
+    (what ``harness gate --across build`` takes without ``--baseline-value``). None for any other set, which is
+    compared with its ``baseline`` cell as it always was."""
+    values = [str(v) for v in (matrix or {}).get(BUILD) or []]
+    if len(values) < 2:
+        return None
+    named = str((chosen or {}).get(BUILD, ""))
+    return named if named in values else values[0]
+
+
 def change_table(runs: pd.DataFrame, requests: pd.DataFrame, bench: pd.DataFrame, params: list[str],
-                 baseline: dict[str, Any]) -> pd.DataFrame:
-    """F4's numbers: per metric, cache condition and cell: mean, sd, change vs baseline ± sd."""
+                 baseline: dict[str, Any], build_base: str | None = None) -> pd.DataFrame:
+    """F4's numbers: per metric, cache condition and cell: mean, sd, change vs baseline ± sd. With ``build_base``
+    (:func:`build_baseline`) each cell's baseline is the cell of build ``build_base`` equal in every other matrix
+    value, per round; a cell without a build (a step whose ``over:`` leaves it out) has none."""
     ok = usable_runs(runs)[["run_id", "round", "cache", *[p for p in params if p in runs]]]
     frames = []
     if not requests.empty and "decode_tps" in requests:
@@ -128,10 +148,28 @@ def change_table(runs: pd.DataFrame, requests: pd.DataFrame, bench: pd.DataFrame
     out = []
     for metric, frame, value in frames:
         for cache, group in frame.groupby("cache", sort=False):
-            table = change_vs_baseline(group, value, [p for p in params if p in group], baseline)
+            cells = [p for p in params if p in group]
+            if build_base is not None and BUILD in cells:
+                table = _across_builds(group, value, cells, build_base)
+            else:
+                table = change_vs_baseline(group, value, cells, baseline)
             if not table.empty:
                 out.append(table.assign(metric=metric, cache=cache))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def _across_builds(group: pd.DataFrame, value: str, cells: list[str], build_base: str) -> pd.DataFrame:
+    """:func:`change_vs_baseline` per combination of the other matrix values, against its ``build_base`` cell:
+    rows come per combination (its baseline build first, as the experiment orders the cells)."""
+    others = [c for c in cells if c != BUILD]
+    built = group[BUILD].notna()
+    parts = [sub for _, sub in group[built].groupby(others, dropna=False, sort=False)] if others else [group[built]]
+    parts += [group[~built]] if (~built).any() else []  # no build, no baseline build: change left empty
+    tables = [change_vs_baseline(sub, value, cells, {BUILD: build_base}) for sub in parts if not sub.empty]
+    tables = [t.assign(is_baseline=t[BUILD].astype(str) == build_base).sort_values("is_baseline", ascending=False,
+                                                                                  kind="stable")
+              for t in tables if not t.empty]
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
 @register_figure("decode_vs_device", needs=(RUNS, REQUESTS), group="streaming")
