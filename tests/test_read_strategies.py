@@ -213,9 +213,11 @@ def test_each_strategy_changes_the_cold_block_statistics_as_it_should(
     server = str(strategies_build.binary("llama-server"))
 
     def cold(name: str, requests: int = 1) -> list[dict[str, float]]:
+        return cold_with(name, STRATEGIES.get(name, {}), requests)
+
+    def cold_with(name: str, env: dict[str, str], requests: int) -> list[dict[str, float]]:
         out = []
-        with Server(server, streaming_moe.path, STRATEGIES.get(name, {}), int(THREADS), None, 128,
-                    f"t{os.getpid()}-{name}") as running:
+        with Server(server, streaming_moe.path, env, int(THREADS), None, 128, f"t{os.getpid()}-{name}") as running:
             for _ in range(requests):
                 one = attributable_request(running, PROMPTS[0], 8, native, attempts=8)
                 if not one["attributable"]:  # not the strategy's failure: the device's counters were not the server's
@@ -231,6 +233,7 @@ def test_each_strategy_changes_the_cold_block_statistics_as_it_should(
     stock = cold("off", 3)
     off = dict(typical(stock), inflight=min(one["inflight"] for one in stock))
     got = {name: typical(cold(name, 3)) for name in STRATEGIES}
+    selected = typical(cold_with("pread-128k-random", SELECTED["pread-128k-random"], 3))
     kib = 1024
     # every strategy reads the routed slices, not the read-around of their faults: less from storage
     for name, one in got.items():
@@ -242,3 +245,9 @@ def test_each_strategy_changes_the_cold_block_statistics_as_it_should(
     # WILLNEED asks for whole slices at once, the loader keeps its N reads going: more requests in flight
     assert got["willneed"]["inflight"] > 1.5 * off["inflight"], (got["willneed"], off)
     assert got["async-16"]["inflight"] > 1.5 * off["inflight"], (got["async-16"], off)
+    # 0004's selector gives the block statistics of the variables it stands for: the same slices read by the server
+    # (exact: pread reads only the routed slices), requests of the same size
+    given = got["pread-128k-random"]
+    assert abs(selected["process_read_bytes"] - given["process_read_bytes"]) <= 0.02 * given["process_read_bytes"], \
+        (selected, given)
+    assert 96 * kib <= selected["avg_read_io_bytes"] <= 160 * kib, selected
