@@ -19,6 +19,9 @@ from tests.helpers import PAPER, REPO, cli_in_process, trimmed_streaming_experim
 
 ORIN = PAPER / "orin-nano-streaming.yaml"
 EMULATED = PAPER / "emulated-orin.yaml"
+STRATEGIES = PAPER / "read-strategies.yaml"
+ORIN_STRATEGIES = PAPER / "orin-read-strategies.yaml"
+SERIES = sorted((REPO / "patches" / "llama.cpp").glob("[0-9][0-9][0-9][0-9]-*.patch"))
 EXAMPLE_TARGETS = REPO / "targets" / "examples"
 LADDER = ["randread-64k-qd1", "randread-64k-qd2", "randread-64k-qd4", "randread-128k-qd8", "read-1m-seq"]
 # the seed's engine options, as this build spells them (experiments/paper/*.yaml say why)
@@ -35,13 +38,54 @@ def _contains(args: list[Any], flags: list[str]) -> bool:
     return any(text[i:i + len(flags)] == flags for i in range(len(text)))
 
 
-@pytest.mark.parametrize(("path", "targets_dir"), [(ORIN, EXAMPLE_TARGETS), (EMULATED, REPO / "targets")],
-                         ids=["orin", "emulated"])
-def test_paper_experiment_plans(path: Path, targets_dir: Path) -> None:
+@pytest.mark.parametrize(("path", "targets_dir", "steps"),
+                         [(ORIN, EXAMPLE_TARGETS, ("llama-bench", "llama-server", "fio")),
+                          (EMULATED, REPO / "targets", ("llama-bench", "llama-server", "fio")),
+                          (STRATEGIES, REPO / "targets", ("llama-bench", "llama-server", "equivalence")),
+                          (ORIN_STRATEGIES, EXAMPLE_TARGETS, ("llama-bench", "llama-server", "equivalence"))],
+                         ids=["orin", "emulated", "strategies", "orin-strategies"])
+def test_paper_experiment_plans(path: Path, targets_dir: Path, steps: tuple[str, ...]) -> None:
     done = cli_in_process("plan", str(path), "--targets-dir", str(targets_dir))
     assert done.returncode == 0, done.stderr
-    for step in ("llama-bench", "llama-server", "fio"):
+    for step in steps:
         assert step in done.stdout
+
+
+@pytest.mark.parametrize(("path", "threads"), [(STRATEGIES, [2, 4]), (ORIN_STRATEGIES, [6, 12])],
+                         ids=["here", "orin"])
+def test_read_strategies_pair_every_strategy_with_the_stock_build(path: Path, threads: list[int]) -> None:
+    """The seed's read-strategy experiment: the stock build and the whole series, one strategy axis given to every
+    step as HARNESS_EXPERT_STRATEGY, the base build's cells run in the same rounds (the gate's --across build pairs),
+    and an equivalence of each strategy against the base build's tokens."""
+    loaded = load_resolved(path)
+    experiment = loaded.experiment
+    assert list(experiment.builds) == ["base", "strategies"]
+    assert experiment.builds["base"].patches == []
+    assert [Path(p).name for p in experiment.builds["strategies"].patches] == [p.name for p in SERIES]
+    assert experiment.matrix["build"] == ["base", "strategies"] and experiment.matrix["threads"] == threads
+    assert {"off", "willneed", "pread-131072", "pread-131072-random", "pread-524288", "async-4", "async-8",
+            "async-16"} == set(experiment.matrix["strategy"])
+    assert experiment.rounds >= 2
+    for kind in ("llama-bench", "llama-server"):
+        (step,) = _steps(path, kind)
+        assert step[kind]["env"] == {"HARNESS_EXPERT_STRATEGY": "{strategy}"}
+    (equivalence,) = _steps(path, "equivalence")
+    assert equivalence["over"] == ["strategy"] and equivalence["cache"] == "none"
+    sides = equivalence["equivalence"]
+    assert sides["a"]["build"] == "base" and "env" not in sides["a"]
+    assert sides["b"]["build"] == "strategies" and sides["b"]["env"] == {"HARNESS_EXPERT_STRATEGY": "{strategy}"}
+    plan = build_plan(loaded)
+    server = [run for run in plan.runs if run.step == "llama-server"]
+    # every strategy at every thread count on both builds, each round; a base cell next to its strategies cell
+    cells = {(run.params["strategy"], run.params["threads"], run.params["build"]) for run in server}
+    assert len(cells) == len(experiment.matrix["strategy"]) * len(threads) * 2
+    first = [run for run in server if run.round == 1]
+    assert all(a.params["build"] == "base" and b.params["build"] == "strategies"
+               and {k: v for k, v in a.params.items() if k != "build"} == {k: v for k, v in b.params.items()
+                                                                            if k != "build"}
+               for a, b in zip(first[::2], first[1::2], strict=True))
+    assert {run.params["strategy"] for run in plan.runs if run.step == "equivalence"} == \
+        set(experiment.matrix["strategy"])
 
 
 def test_orin_study_has_the_seed_measurements() -> None:
@@ -108,7 +152,7 @@ def test_paper_flags_exist_in_the_build() -> None:
         done = subprocess.run([str(build.binary(kind)), "--help"], capture_output=True, text=True, timeout=60,
                               check=False)
         listed = set((done.stdout + done.stderr).replace(",", " ").split())
-        for path in (ORIN, EMULATED):
+        for path in (ORIN, EMULATED, STRATEGIES, ORIN_STRATEGIES):
             for step in _steps(path, kind):
                 flags = {str(a) for a in step[kind]["args"] if str(a).startswith("-") and not str(a)[1:].isdigit()}
                 assert flags <= listed, f"{path.name}: {kind} does not know {sorted(flags - listed)}"

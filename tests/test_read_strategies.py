@@ -46,7 +46,14 @@ STRATEGIES: dict[str, dict[str, str]] = {
 }
 SWITCHES = {"0001-expert-willneed.patch": ["HARNESS_EXPERT_WILLNEED"],
             "0002-expert-pread.patch": ["HARNESS_EXPERT_PREAD", "HARNESS_EXPERT_FADV_RANDOM"],
-            "0003-expert-async.patch": ["HARNESS_EXPERT_ASYNC"]}
+            "0003-expert-async.patch": ["HARNESS_EXPERT_ASYNC"],
+            "0004-expert-strategy.patch": ["HARNESS_EXPERT_STRATEGY"]}
+# 0004's selector: one variable naming a strategy above, as an experiment's `strategy` axis gives it
+SELECTED: dict[str, dict[str, str]] = {
+    "willneed": {"HARNESS_EXPERT_STRATEGY": "willneed"},
+    "pread-128k-random": {"HARNESS_EXPERT_STRATEGY": "pread-131072-random"},
+    "async-4": {"HARNESS_EXPERT_STRATEGY": "async-4"},
+}
 
 # a llama.cpp build: ~10 min on two quiet cores when no cache has it; pytest-timeout counts fixture setup
 pytestmark = pytest.mark.timeout(3600)
@@ -90,13 +97,15 @@ def test_the_series_applies_in_order_to_the_vendored_tree(tmp_path: Path) -> Non
             done = subprocess.run(["git", "apply", *verb, str(patch)], cwd=tmp_path, env=env, capture_output=True,
                                   text=True)
             assert done.returncode == 0, f"{patch.name}: {done.stderr}"
-    # and a patch out of order does not (0003 uses 0002's file lookup): the order is the series'
+    # and a patch out of order does not (0003 uses 0002's file lookup, 0004 sets 0001-0003's variables before they
+    # are read): the order is the series'
     fresh = tmp_path / "fresh"
     for name in touched:
         (fresh / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(tree / name, fresh / name)
-    alone = subprocess.run(["git", "apply", "--check", str(SERIES[-1])], cwd=fresh, env=env, capture_output=True)
-    assert alone.returncode != 0
+    for later in SERIES[2:]:
+        alone = subprocess.run(["git", "apply", "--check", str(later)], cwd=fresh, env=env, capture_output=True)
+        assert alone.returncode != 0, later.name
 
 
 @pytest.fixture(scope="session")
@@ -149,6 +158,30 @@ def test_greedy_tokens_are_the_unpatched_builds_under_every_strategy(
             # the strategy did run: the server itself read the routed slices (a fault of the mapping is no read)
             extra = got.read_syscall_bytes - off.read_syscall_bytes
             assert extra > tiny_moe.expert_bytes_per_token * N_PREDICT * len(PROMPTS) // 2, (name, extra)
+    # 0004: a strategy named by HARNESS_EXPERT_STRATEGY is the strategy its variables give: the same tokens, and
+    # the same slices read by the server itself (pread reads exactly the routed slices: equal within a few pages)
+    for name, env in SELECTED.items():
+        selected, given = greedy(strategies_build, tiny_moe.path, env), greedy(strategies_build, tiny_moe.path,
+                                                                                STRATEGIES[name])
+        assert selected.tokens == reference.tokens, name
+        if name.startswith("pread"):
+            assert abs(selected.read_syscall_bytes - given.read_syscall_bytes) < 0.02 * given.read_syscall_bytes, \
+                (name, selected.read_syscall_bytes, given.read_syscall_bytes)
+            assert selected.read_syscall_bytes - off.read_syscall_bytes > tiny_moe.expert_bytes_per_token, name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value", ["pread-128k", "async-0", "async-65", "willneed-1", "on"])
+def test_an_unknown_strategy_stops_the_engine_in_one_line(strategies_build: BuildInfo, tiny_moe: SynthInfo,
+                                                           value: str) -> None:
+    """A misspelt strategy in an experiment is bad input, never a silent off: exit 2 and one line saying what."""
+    done = subprocess.run([str(strategies_build.binary("llama-bench")), "-m", tiny_moe.path, "-p", "0", "-n", "1",
+                           "-r", "1", "-t", THREADS], env={**_clean_env(), "HARNESS_EXPERT_STRATEGY": value},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    said = [line for line in done.stderr.splitlines() if "HARNESS_EXPERT_STRATEGY" in line]
+    assert said == [f"HARNESS_EXPERT_STRATEGY={value}: not a strategy (off, willneed, pread-<bytes>, "
+                    "pread-<bytes>-random, async-<1-64>)"], done.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -180,9 +213,11 @@ def test_each_strategy_changes_the_cold_block_statistics_as_it_should(
     server = str(strategies_build.binary("llama-server"))
 
     def cold(name: str, requests: int = 1) -> list[dict[str, float]]:
+        return cold_with(name, STRATEGIES.get(name, {}), requests)
+
+    def cold_with(name: str, env: dict[str, str], requests: int) -> list[dict[str, float]]:
         out = []
-        with Server(server, streaming_moe.path, STRATEGIES.get(name, {}), int(THREADS), None, 128,
-                    f"t{os.getpid()}-{name}") as running:
+        with Server(server, streaming_moe.path, env, int(THREADS), None, 128, f"t{os.getpid()}-{name}") as running:
             for _ in range(requests):
                 one = attributable_request(running, PROMPTS[0], 8, native, attempts=8)
                 if not one["attributable"]:  # not the strategy's failure: the device's counters were not the server's
@@ -198,6 +233,7 @@ def test_each_strategy_changes_the_cold_block_statistics_as_it_should(
     stock = cold("off", 3)
     off = dict(typical(stock), inflight=min(one["inflight"] for one in stock))
     got = {name: typical(cold(name, 3)) for name in STRATEGIES}
+    selected = typical(cold_with("pread-128k-random", SELECTED["pread-128k-random"], 3))
     kib = 1024
     # every strategy reads the routed slices, not the read-around of their faults: less from storage
     for name, one in got.items():
@@ -209,3 +245,9 @@ def test_each_strategy_changes_the_cold_block_statistics_as_it_should(
     # WILLNEED asks for whole slices at once, the loader keeps its N reads going: more requests in flight
     assert got["willneed"]["inflight"] > 1.5 * off["inflight"], (got["willneed"], off)
     assert got["async-16"]["inflight"] > 1.5 * off["inflight"], (got["async-16"], off)
+    # 0004's selector gives the block statistics of the variables it stands for: the same slices read by the server
+    # (exact: pread reads only the routed slices), requests of the same size
+    given = got["pread-128k-random"]
+    assert abs(selected["process_read_bytes"] - given["process_read_bytes"]) <= 0.02 * given["process_read_bytes"], \
+        (selected, given)
+    assert 96 * kib <= selected["avg_read_io_bytes"] <= 160 * kib, selected
