@@ -254,3 +254,22 @@ def test_confirm_reruns_the_suspects_of_an_across_gate(tmp_path: Path) -> None:
     [cell] = report["cells"]
     assert (cell["n_baseline"], cell["n_candidate"], cell["verdict"]) == (5, 5, "regression"), cell
     assert report["summary"] == ["bs 4k regressed fio_read_mbps in 1 of 1 cells"]
+
+
+def test_a_set_whose_every_run_is_perturbed_is_gated_only_with_include_perturbed(tmp_path: Path) -> None:
+    """On a shared machine every run of a set may be marked perturbed (another process had the CPU): the gate then
+    has nothing to decide on and says so, naming the option; --include-perturbed decides on them and says it did."""
+    path = write_set(tmp_path, pread_slower)
+    runs = pd.read_parquet(path / "tables" / "runs.parquet")
+    runs["perturbed"] = True
+    runs["perturbed_reason"] = "foreign_cpu_pct 41.0 > 10"
+    runs.to_parquet(path / "tables" / "runs.parquet")
+    refused = gate(tmp_path, "--across", "build")
+    assert refused.returncode == 2
+    assert "has no value of it in a run with status ok that was not perturbed (--include-perturbed counts " \
+           "perturbed runs)" in refused.stderr
+    done = gate(tmp_path, "--across", "build", "--include-perturbed", "--format", "json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["summary"] == ["build pread regressed decode_tps in 2 of 2 cells"]
+    assert any(f"{len(runs)} perturbed runs are counted (--include-perturbed)" in note for note in report["notes"])

@@ -21,7 +21,8 @@ from harness.results.cell import CellKey
 from harness.results.loader import ResultSet
 from harness.results.metrics import METRICS, Metric
 from harness.results.pairing import BaselineRule, CellPair, across, pair_cells, same_cell
-from harness.results.samples import missing_columns, samples
+from harness.results.samples import labelled_runs, missing_columns, samples
+from harness.results.selection import perturbed_runs
 
 # Count metrics are near-deterministic for a model and build; times move with clocks, heat and neighbours.
 DEFAULT_THRESHOLDS = {"time": 0.05, "count": 0.01}
@@ -101,7 +102,7 @@ def parse_metric_specs(specs: list[str], max_regression: str | None) -> list[Met
     return out
 
 
-def metric_samples(result_set: ResultSet, metric: Metric) -> pd.DataFrame:
+def metric_samples(result_set: ResultSet, metric: Metric, include_perturbed: bool = False) -> pd.DataFrame:
     """The metric's samples in the set; a set without it is bad input, named with the table and columns."""
     missing = missing_columns(result_set, metric)
     if missing:
@@ -109,9 +110,12 @@ def metric_samples(result_set: ResultSet, metric: Metric) -> pd.DataFrame:
         what = f"no {metric.table.name} rows" if table.empty else \
             f"table {metric.table.name} has no column {', '.join(missing)}"
         raise UsageError(f"metric {metric.name}: {result_set.path} has {what}")
-    found = samples(result_set, metric)
+    found = samples(result_set, metric, include_perturbed=include_perturbed)
     if found.empty:
-        raise UsageError(f"metric {metric.name}: {result_set.path} has no value of it in a run with status ok")
+        perturbed = "" if include_perturbed or not perturbed_runs(labelled_runs(result_set)).size else \
+            " that was not perturbed (--include-perturbed counts perturbed runs)"
+        raise UsageError(f"metric {metric.name}: {result_set.path} has no value of it in a run with status ok"
+                         f"{perturbed}")
     return found
 
 

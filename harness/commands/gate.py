@@ -51,6 +51,9 @@ def gate(result_set: str = typer.Argument(..., metavar="SET", help="the candidat
                                                  "(default: 5% for times, 1% for counts)"),
          confirm: int = typer.Option(0, "--confirm", metavar="N", min=0,
                                      help="re-run suspected cells N more interleaved rounds, decide on all data"),
+         include_perturbed: bool = typer.Option(False, "--include-perturbed",
+                                                help="count runs marked perturbed (another process had the "
+                                                     "machine); the output says how many"),
          junit: Path = typer.Option(None, "--junit", metavar="FILE", help="write a JUnit XML report"),
          output: str = typer.Option("table", "--format", help="table, json or md"),
          results: Path = ResultsOpt, targets_dir: Path = TargetsDirOpt,
@@ -65,7 +68,8 @@ def gate(result_set: str = typer.Argument(..., metavar="SET", help="the candidat
         from harness.commands.gating import decide_gate
 
         outcome = decide_gate(result_set, baseline_variant, baseline, parse_metric_specs(metric, max_regression),
-                              confirm, results, targets_dir, lease_wait, axis=across, baseline_value=baseline_value)
+                              confirm, results, targets_dir, lease_wait, axis=across, baseline_value=baseline_value,
+                              include_perturbed=include_perturbed)
     except UsageError:
         raise
     except InfrastructureError as exc:

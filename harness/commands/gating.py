@@ -47,7 +47,8 @@ def check_modes(baseline_variant: str | None, baseline: str | None, axis: str | 
 
 def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, specs: list[MetricSpec],
                 confirm: int, results: Path, targets_dir: Path | None, lease_wait: float, *,
-                axis: str | None = None, baseline_value: str | None = None) -> GateOutcome:
+                axis: str | None = None, baseline_value: str | None = None,
+                include_perturbed: bool = False) -> GateOutcome:
     """The gate's outcome for the set ``name`` (every pair decided, confirmed when asked)."""
     check_modes(baseline_variant, baseline, axis, baseline_value)
     # read for a decision: each set must match its SHA256SUMS (a deleted run, a changed table: bad input, exit 2)
@@ -56,8 +57,9 @@ def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, s
     for one in [cand] if base is cand else [cand, base]:
         _check_complete(one)
     chosen = across_of(cand, axis, baseline_value) if axis is not None else None
-    found = {spec.metric.name: _gated_samples(cand, spec) for spec in specs}
-    base_found = found if base is cand else {spec.metric.name: _gated_samples(base, spec) for spec in specs}
+    found = {spec.metric.name: _gated_samples(cand, spec, include_perturbed) for spec in specs}
+    base_found = found if base is cand else \
+        {spec.metric.name: _gated_samples(base, spec, include_perturbed) for spec in specs}
     for spec in specs:
         _check_runs(cand, found[spec.metric.name], spec)
         if base is not cand:
@@ -66,7 +68,8 @@ def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, s
                           "same-session" if base is cand else "cross-session", across=chosen)
     if base is not cand:
         outcome.notes.append(CROSS_SESSION_NOTE)
-    outcome.notes += [note for one in ([cand] if base is cand else [cand, base]) if (note := perturbed_note(one))]
+    sets = [cand] if base is cand else [cand, base]
+    outcome.notes += [note for one in sets if (note := perturbed_note(one, include_perturbed))]
     outcome.notes += [unverified_note(one) for one in ([cand] if base is cand else [cand, base]) if not one.verified]
     pairs = _all_pairs(specs, cand, found, base_found, baseline_variant, base, chosen)
     outcome.rows = [_row(pair, spec) for pair, spec in pairs]
@@ -74,7 +77,8 @@ def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, s
     if confirm and suspected:
         path = _confirm(cand, suspected, confirm, base is cand, targets_dir, lease_wait)
         extra = load_result_set(path)
-        found = {key: pd.concat([frame, samples(extra, _metric_named(specs, key))], ignore_index=True)
+        found = {key: pd.concat([frame, samples(extra, _metric_named(specs, key), include_perturbed=include_perturbed)],
+                                ignore_index=True)
                  for key, frame in found.items()}
         pairs = _all_pairs(specs, cand, found, base_found if base is not cand else found, baseline_variant, base,
                            chosen)
@@ -95,10 +99,10 @@ def _check_complete(one: ResultSet) -> None:
                                   f"{one.set_id}) or gate a complete one")
 
 
-def _gated_samples(one: ResultSet, spec: MetricSpec) -> pd.DataFrame:
+def _gated_samples(one: ResultSet, spec: MetricSpec, include_perturbed: bool = False) -> pd.DataFrame:
     """The metric's samples; absent from a set with runs not ok, that is an infrastructure failure, not bad input."""
     try:
-        return metric_samples(one, spec.metric)
+        return metric_samples(one, spec.metric, include_perturbed)
     except ResultSetError:
         raise  # a damaged table is bad input whatever the runs' status
     except UsageError as exc:

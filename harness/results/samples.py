@@ -55,15 +55,18 @@ def missing_columns(result_set: ResultSet, metric: Metric) -> list[str]:
     return [column for column in metric.needs if column not in table]
 
 
-def samples(result_set: ResultSet, metric: Metric) -> pd.DataFrame:
-    """Every finite observation of ``metric`` in the set's runs with status ok, as tidy rows (SAMPLE_COLUMNS)."""
+def samples(result_set: ResultSet, metric: Metric, *, include_perturbed: bool = False) -> pd.DataFrame:
+    """Every finite observation of ``metric`` in the set's runs with status ok (and not perturbed, unless
+    ``include_perturbed``), as tidy rows (SAMPLE_COLUMNS)."""
     if missing_columns(result_set, metric):
         return pd.DataFrame(columns=SAMPLE_COLUMNS)
-    return select(labelled_runs(result_set), result_set.table, matrix_keys(result_set), metric)
+    return select(labelled_runs(result_set), result_set.table, matrix_keys(result_set), metric,
+                  include_perturbed=include_perturbed)
 
 
 def select(runs: pd.DataFrame, table: Callable[[str], pd.DataFrame], params: Sequence[str], metric: Metric, *,
-           keep_inf: bool = False, run_columns: Mapping[str, str] | None = None) -> pd.DataFrame:
+           keep_inf: bool = False, run_columns: Mapping[str, str] | None = None,
+           include_perturbed: bool = False) -> pd.DataFrame:
     """The one selection of samples for compare, gate and F4: every observation of ``metric`` (from ``table``, a
     table by name) in the usable runs of ``runs``, joined on (run_id, target), since a set with several targets
     holds the same run ids once per target, as SAMPLE_COLUMNS rows. NaN is never a sample; ``keep_inf`` keeps
@@ -82,7 +85,7 @@ def select(runs: pd.DataFrame, table: Callable[[str], pd.DataFrame], params: Seq
     on = ["run_id"]
     if "target" in data:
         observed, on = observed.assign(target=data["target"]), ["run_id", "target"]
-    ok = usable_runs(runs)
+    ok = usable_runs(runs, include_perturbed)
     cells = run_cells(ok, params)
     ok = ok.assign(cell=cells, **({} if "variant" in ok else {"variant": [cell.label() for cell in cells]}))
     ok = pd.DataFrame({**{name: ok[name] for name in ("run_id", "target", "variant", "cell")},
@@ -106,11 +109,13 @@ def runs_not_ok(result_set: ResultSet) -> pd.DataFrame:
     return bad[columns].reset_index(drop=True)
 
 
-def perturbed_note(result_set: ResultSet) -> str | None:
-    """One line saying how many ok runs were left out as perturbed, and the first few with their reasons."""
+def perturbed_note(result_set: ResultSet, included: bool = False) -> str | None:
+    """One line saying how many ok runs were left out as perturbed (or, ``included``, counted anyway), and the first
+    few with their reasons."""
     left = perturbed_runs(labelled_runs(result_set))
     if left.empty:
         return None
     shown = "; ".join(f"{run.run_id}: {run.perturbed_reason}" for run in left.head(3).itertuples())
-    return (f"{result_set.set_id}: {len(left)} perturbed runs are left out ({shown}"
+    fate = "are counted (--include-perturbed)" if included else "are left out"
+    return (f"{result_set.set_id}: {len(left)} perturbed runs {fate} ({shown}"
             f"{'; ...' if len(left) > 3 else ''})")
