@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.markup import escape
 
 from harness.campaign import stopping
 from harness.commands.common import err_console
@@ -68,7 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     except HarnessError as exc:
         if debug:
             raise
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # the message is text, never markup: "[matrix keys]" or a YAML list in it must reach the user as written
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
 
 
