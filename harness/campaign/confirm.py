@@ -22,7 +22,7 @@ from harness.boards.lease import DEFAULT_WAIT_S
 from harness.campaign.orchestrator import Campaign, CampaignResult
 from harness.campaign.plan import Plan, build_plan
 from harness.campaign.resolve import load_resolved
-from harness.config.buildsource import with_build_sources
+from harness.config.buildsource import with_recorded_sources
 from harness.config.experiment import LoadedExperiment
 from harness.errors import HarnessError, InfrastructureError, UsageError
 from harness.results import INCOMPLETE_SUFFIX
@@ -47,13 +47,7 @@ def experiment_of(set_path: Path, manifest: Manifest) -> LoadedExperiment:
         raise UsageError(f"{set_path}: neither the experiment {original} (unchanged) nor its copy experiment.yaml "
                          "is there: cannot plan a confirmation")
     loaded = load_resolved(original if unchanged else copy)
-    sources = manifest.get("build_sources") or {}
-    return with_build_sources(loaded, [f"{name}={_source_option(source)}" for name, source in sources.items()])
-
-
-def _source_option(source: dict[str, str]) -> str:
-    """A recorded --build-source value as the option takes it (as ``harness run --resume`` reads it back)."""
-    return f"path:{source['path']}" if "path" in source else f"git:{source['git']}@{source['commit']}"
+    return with_recorded_sources(loaded, manifest.get("build_sources"))
 
 
 def _plan_cell(step_label: str, params: dict[str, Any], cache: str) -> PlanCell:
