@@ -273,3 +273,17 @@ def test_a_set_whose_every_run_is_perturbed_is_gated_only_with_include_perturbed
     report = json.loads(done.stdout)
     assert report["summary"] == ["build pread regressed decode_tps in 2 of 2 cells"]
     assert any(f"{len(runs)} perturbed runs are counted (--include-perturbed)" in note for note in report["notes"])
+
+
+def test_the_experiments_baseline_value_of_the_axis_is_the_default_as_in_f4(tmp_path: Path) -> None:
+    """An experiment whose ``baseline:`` names a build compares with that build, in the gate as in F4
+    (harness.figures.streaming.build_baseline), unless --baseline-value names another."""
+    path = write_set(tmp_path, pread_slower)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["baseline"] = {"build": "willneed", "threads": 1}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    report = json.loads(gate(tmp_path, "--across", "build", "--format", "json").stdout)
+    assert report["across"] == {"axis": "build", "baseline_value": "willneed"}
+    assert {c["baseline"] for c in report["cells"]} == {f"build=willneed threads={t} cold" for t in (1, 2)}
+    chosen = json.loads(gate(tmp_path, "--across", "build", "--baseline-value", "base", "--format", "json").stdout)
+    assert chosen["across"]["baseline_value"] == "base"

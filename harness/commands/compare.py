@@ -34,7 +34,8 @@ def compare(a: str = typer.Argument(..., metavar="A", help="the baseline set: id
                                        help="compare each cell of A with the one differing only in this matrix "
                                             "axis (e.g. build), at its baseline value"),
             baseline_value: str = typer.Option(None, "--baseline-value", metavar="NAME",
-                                               help="with --across: the axis's baseline value (default: its first)"),
+                                               help="with --across: the axis's baseline value (default: the "
+                                                 "experiment's baseline: value of it, else its first)"),
             variant: list[str] = typer.Option(None, "--variant", metavar="NAME",
                                               help="only these variants (repeatable; words of the label)"),
             metric: list[str] = typer.Option(None, "--metric", metavar="NAME",

@@ -163,8 +163,9 @@ def _baseline_rule(wanted: CellKey, name: str) -> BaselineRule:
 
 def across_of(result_set: ResultSet, axis: str, value: str | None) -> Across:
     """``--across AXIS [--baseline-value VALUE]`` checked against the set's experiment: the axis must be one of
-    its matrix keys with at least two values, VALUE one of them (default: the first, as the experiment lists
-    them). Bad input is one line naming the option and the set."""
+    its matrix keys with at least two values, VALUE one of them (default: the experiment's ``baseline:`` value of
+    the axis when it names one, else the first, as the experiment lists them: F4 takes the same). Bad input is one
+    line naming the option and the set."""
     matrix = result_set.manifest.get("matrix") or {}
     if axis not in matrix:
         raise UsageError(f"--across {axis}: not a matrix axis of {result_set.path} "
@@ -176,7 +177,10 @@ def across_of(result_set: ResultSet, axis: str, value: str | None) -> Across:
     if value is not None and value not in values:
         raise UsageError(f"--baseline-value {value}: not a value of {axis} in {result_set.path} "
                          f"(values: {', '.join(values)})")
-    return Across(axis, values[0] if value is None else value)
+    if value is None:
+        named = (result_set.manifest.get("baseline") or {}).get(axis)
+        value = str(named) if named is not None and str(named) in values else values[0]
+    return Across(axis, value)
 
 
 def _pair(pair: CellPair, baseline: str | None = None, axis: str | None = None) -> Pair:

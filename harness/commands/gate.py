@@ -3,9 +3,9 @@
 Same session (``--baseline-variant NAME``, the default and robust mode: the rounds interleave, so drift hits
 both sides alike): each variant of SET against the baseline variant of the same target, step and test. Same
 session across one axis (``--across build [--baseline-value base]``): each cell against the cell equal in
-everything but that axis, whose value is the baseline's (default: the axis's first value in the experiment); the
-report says per value which regressed ("build strategies regressed decode_tps in 2 of 4 cells"). Across
-sessions (``--baseline SET2``): the same cell in both sets, flagged as weaker evidence. The rule is
+everything but that axis, whose value is the baseline's (default: the experiment's ``baseline:`` value of
+it, else its first); the report says per value which regressed ("build strategies regressed decode_tps in 2 of
+4 cells"). Across sessions (``--baseline SET2``): the same cell in both sets, flagged as weaker evidence. The rule is
 :mod:`harness.analysis.gate` (ratio past the threshold, whole 95 % interval past it, Mann-Whitney p < 0.01).
 ``--confirm N`` re-runs the suspected cells (and their baseline) N more interleaved rounds on the same target as
 a new set (:mod:`harness.campaign.confirm`) and decides on both sets' observations.
@@ -41,7 +41,8 @@ def gate(result_set: str = typer.Argument(..., metavar="SET", help="the candidat
                                     help="same session: each cell against the one differing only in this matrix "
                                          "axis (e.g. build), at its baseline value"),
          baseline_value: str = typer.Option(None, "--baseline-value", metavar="NAME",
-                                            help="with --across: the axis's baseline value (default: its first)"),
+                                            help="with --across: the axis's baseline value (default: the "
+                                                 "experiment's baseline: value of it, else its first)"),
          baseline: str = typer.Option(None, "--baseline", metavar="SET2",
                                       help="a baseline set of another session (weaker evidence: drift)"),
          metric: list[str] = typer.Option(..., "--metric", metavar="NAME[:PCT]",
