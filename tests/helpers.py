@@ -273,8 +273,10 @@ class Controller:
                  **({"HARNESS_PAUSE_RELEASE": str(release)} if release else {}), **(env or {})},
             preexec_fn=start_as_a_background_job if ignore_sigint else start_from_a_terminal)
         self.out: list[str] = []
-        self.readers = [threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True),
-                        threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True)]
+        assert self.proc.stderr is not None and self.proc.stdout is not None  # both PIPE
+        stderr, stdout = self.proc.stderr, self.proc.stdout
+        self.readers = [threading.Thread(target=lambda: self.lines.extend(stderr), daemon=True),
+                        threading.Thread(target=lambda: self.out.extend(stdout), daemon=True)]
         for reader in self.readers:
             reader.start()
         STARTED.append(self.proc)
