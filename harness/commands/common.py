@@ -14,6 +14,9 @@ DEFAULT_RESULTS = Path("results")
 
 ResultsOpt = typer.Option(DEFAULT_RESULTS, "--results", help="directory that holds result sets")
 TargetsDirOpt = typer.Option(None, "--targets-dir", help="directory of targets/NAME.yaml (default ./targets)")
+BaselineValueOpt = typer.Option(None, "--baseline-value", metavar="NAME",
+                                help="with --across: the axis's baseline value (default: the experiment's "
+                                     "baseline: value of it, else its first)")
 
 
 def frame_table(frame, title: str | None = None, floatfmt: str = "{:.1f}") -> Table:  # noqa: ANN001

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from harness.commands.common import ResultsOpt, console
+from harness.commands.common import BaselineValueOpt, ResultsOpt, console
 from harness.errors import UsageError
 from harness.results.loader import ResultSet, find_result_set, load_result_set, unverified_note
 
@@ -33,9 +33,7 @@ def compare(a: str = typer.Argument(..., metavar="A", help="the baseline set: id
             across: str = typer.Option(None, "--across", metavar="AXIS",
                                        help="compare each cell of A with the one differing only in this matrix "
                                             "axis (e.g. build), at its baseline value"),
-            baseline_value: str = typer.Option(None, "--baseline-value", metavar="NAME",
-                                               help="with --across: the axis's baseline value (default: the "
-                                                 "experiment's baseline: value of it, else its first)"),
+            baseline_value: str = BaselineValueOpt,
             variant: list[str] = typer.Option(None, "--variant", metavar="NAME",
                                               help="only these variants (repeatable; words of the label)"),
             metric: list[str] = typer.Option(None, "--metric", metavar="NAME",
@@ -43,15 +41,20 @@ def compare(a: str = typer.Argument(..., metavar="A", help="the baseline set: id
             output: str = typer.Option("table", "--format", help="table, json or md"),
             results: Path = ResultsOpt) -> None:
     """Compare two result sets, or the variants of one, cell by cell."""
-    from harness.commands.comparison import CROSS_SESSION_NOTE, across_of, metric_by_name, present_metrics
+    from harness.commands.comparison import (
+        CROSS_SESSION_NOTE,
+        across_of,
+        check_baseline_value,
+        metric_by_name,
+        present_metrics,
+    )
 
     if output not in FORMATS:
         raise UsageError(f"--format: expected one of {', '.join(FORMATS)}, got {output!r}")
     if sum(given is not None for given in (b, baseline_variant, across)) != 1:
         raise UsageError("give a second set B, or --baseline-variant NAME or --across AXIS to compare the cells "
                          "of A (one)")
-    if baseline_value is not None and across is None:
-        raise UsageError(f"--baseline-value {baseline_value}: only with --across AXIS")
+    check_baseline_value(baseline_value, across)
     chosen = [metric_by_name(name) for name in metric or []]
     base = load_result_set(find_result_set(a, results), verify=True)
     cand = load_result_set(find_result_set(b, results), verify=True) if b is not None else base

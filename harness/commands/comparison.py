@@ -161,6 +161,12 @@ def _baseline_rule(wanted: CellKey, name: str) -> BaselineRule:
     return rule
 
 
+def check_baseline_value(value: str | None, axis: str | None) -> None:
+    """``--baseline-value`` names the baseline of ``--across`` and means nothing without it."""
+    if value is not None and axis is None:
+        raise UsageError(f"--baseline-value {value}: only with --across AXIS")
+
+
 def across_of(result_set: ResultSet, axis: str, value: str | None) -> Across:
     """``--across AXIS [--baseline-value VALUE]`` checked against the set's experiment: the axis must be one of
     its matrix keys with at least two values, VALUE one of them (default: the experiment's ``baseline:`` value of

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from harness.boards.lease import DEFAULT_WAIT_S as DEFAULT_LEASE_WAIT_S
-from harness.commands.common import ResultsOpt, TargetsDirOpt, console
+from harness.commands.common import BaselineValueOpt, ResultsOpt, TargetsDirOpt, console
 from harness.errors import HarnessError, InfrastructureError, UsageError
 
 if TYPE_CHECKING:  # pandas and scipy load when the command runs, not whenever the CLI starts
@@ -40,9 +40,7 @@ def gate(result_set: str = typer.Argument(..., metavar="SET", help="the candidat
          across: str = typer.Option(None, "--across", metavar="AXIS",
                                     help="same session: each cell against the one differing only in this matrix "
                                          "axis (e.g. build), at its baseline value"),
-         baseline_value: str = typer.Option(None, "--baseline-value", metavar="NAME",
-                                            help="with --across: the axis's baseline value (default: the "
-                                                 "experiment's baseline: value of it, else its first)"),
+         baseline_value: str = BaselineValueOpt,
          baseline: str = typer.Option(None, "--baseline", metavar="SET2",
                                       help="a baseline set of another session (weaker evidence: drift)"),
          metric: list[str] = typer.Option(..., "--metric", metavar="NAME[:PCT]",

@@ -22,6 +22,7 @@ from harness.commands.comparison import (
     Pair,
     across_of,
     across_pairs,
+    check_baseline_value,
     check_variant,
     ci_text,
     cross_set_pairs,
@@ -41,8 +42,7 @@ def check_modes(baseline_variant: str | None, baseline: str | None, axis: str | 
     if sum(given is not None for given in (baseline_variant, baseline, axis)) != 1:
         raise UsageError("give --baseline-variant NAME or --across AXIS (same session) or --baseline SET2 "
                          "(another session), one")
-    if baseline_value is not None and axis is None:
-        raise UsageError(f"--baseline-value {baseline_value}: only with --across AXIS")
+    check_baseline_value(baseline_value, axis)
 
 
 def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, specs: list[MetricSpec],
