@@ -23,6 +23,7 @@ from harness.results import SCHEMA_VERSION
 from harness.results.cell import CellKey
 from harness.results.variants import variant_label
 from tests.helpers import cli_in_process, private_base, private_targets_dir, run_campaign, run_cli
+from tests.test_gate import CONFIRM_EXPERIMENT
 
 ROUNDS, PER_RUN = 5, 4  # 20 requests per cell
 MATRIX = {"build": ["base", "willneed", "pread"], "threads": [1, 2]}
@@ -213,31 +214,19 @@ def test_the_across_rule_changes_only_the_axis() -> None:
     assert rule(cell("base"), cells) == cell("base")  # its own baseline: pair_cells leaves it out
 
 
-CONFIRM_EXPERIMENT = """\
-name: acrossconfirm
-files: {data: {create: 32M}}
-matrix: {bs: [64k, 4k]}
-cache: cold
-rounds: 2
-validity: off   # the gate is under test, not the machine's quiet: a perturbed run would leave the cell short
-steps:
-  - fio: {file: data, jobs: [{name: rr, bs: "{bs}"}], runtime_s: 1}
-"""
-
-
 @pytest.mark.slow
 def test_confirm_reruns_the_suspects_of_an_across_gate(tmp_path: Path) -> None:
     """fio on this machine, direct random reads of 64 KiB (the axis's first value, the baseline) and of 4 KiB
     (several times fewer MB/s: a real drop). Two rounds cannot reach p < 0.01, so --across bs only suspects the
     4k cell; --confirm 3 re-runs it and its baseline cell 3 more interleaved rounds as a new set, and the gate
     decides on all 5 + 5 runs: a regression, named by the axis value."""
-    exp = tmp_path / "acrossconfirm.yaml"
+    exp = tmp_path / "gateconfirm.yaml"  # the gate's own confirmation experiment
     exp.write_text(CONFIRM_EXPERIMENT)
     results = tmp_path / "results"
     done = run_campaign(str(exp), "--results", str(results), "--scratch", str(private_base() / "across-scratch"))
     assert done.returncode == 0, done.stderr
     [original] = list(results.iterdir())
-    args = ["gate", "--results", str(results), "acrossconfirm", "--across", "bs", "--metric", "fio_read_mbps",
+    args = ["gate", "--results", str(results), "gateconfirm", "--across", "bs", "--metric", "fio_read_mbps",
             "--format", "json"]
     before = cli_in_process(*args)
     assert before.returncode == 0, before.stderr
