@@ -19,7 +19,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from runner.run_context import RunContext
 
 REPO = Path(__file__).resolve().parents[1]
 # Real captured output of real tools and boards, copied byte for byte (tests/data/<tool>/SOURCE.md).
@@ -460,3 +463,24 @@ def subshell_workload(native: Path, out: Path, seconds: float) -> list[str]:
     is the step's grandchild, so only a collector that follows the step's process tree sees it."""
     return ["sh", "-c", f'( "{native / "workload"}" --seconds {seconds} --sleep 1 --hold-ms 0 --out "{out}"; true );'
                         " true"]
+
+
+class NoCollectors:
+    """The runner's collectors for a RunContext in a test that samples nothing."""
+
+    def on_spawn(self, pid: int) -> None:
+        pass
+
+
+def fake_bmoe_cli(tmp_path: Path, script: str) -> tuple[RunContext, Path]:
+    """A RunContext whose BigMoeOnEdge is ``script`` (a shell stand-in for bmoe-cli) and a model file to give it."""
+    from runner.run_context import RunContext
+
+    (tmp_path / "bin").mkdir()
+    cli = tmp_path / "bin" / "bmoe-cli"
+    cli.write_text(script)
+    cli.chmod(0o755)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    return RunContext({"engines": {"bigmoeonedge": {"bin_dir": str(cli.parent)}}}, str(tmp_path),
+                      NoCollectors()), model

@@ -25,7 +25,7 @@ from runner.run_context import RunContext
 from runner.steps.base import StepFailed
 from runner.steps.equivalence import compare, run_equivalence, summarize
 from runner.steps.generators import BmoeCliGenerator
-from tests.helpers import BUILD_TIMEOUT_S, cgroups_missing, run_campaign
+from tests.helpers import BUILD_TIMEOUT_S, NoCollectors, cgroups_missing, fake_bmoe_cli, run_campaign
 
 MiB = 1 << 20
 
@@ -150,11 +150,6 @@ def test_a_side_nests_in_the_runs_v2_cgroup_and_the_controller_is_passed_down(
     assert cgroup.detect() == {"memory": ("v2", str(root)), "io": ("v2", str(root))}
 
 
-class _NoCollectors:
-    def on_spawn(self, pid: int) -> None:
-        pass
-
-
 FAKE_BMOE_CLI = """#!/bin/sh
 # prints as bmoe-cli does without --progress: the prompt, the pieces, a blank line, the summary
 while [ $# -gt 0 ]; do case "$1" in -p) prompt="$2"; shift;; esac; shift; done
@@ -163,13 +158,7 @@ printf '%s' "$prompt"; printf ' piece\n\ngeneration: 2 tokens, 0.1 s/token (10.0
 
 
 def test_bmoe_cli_output_is_the_text_between_the_prompt_and_its_summary(tmp_path: Path) -> None:
-    (tmp_path / "bin").mkdir()
-    cli = tmp_path / "bin" / "bmoe-cli"
-    cli.write_text(FAKE_BMOE_CLI)
-    cli.chmod(0o755)
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    ctx = RunContext({"engines": {"bigmoeonedge": {"bin_dir": str(cli.parent)}}}, str(tmp_path), _NoCollectors())
+    ctx, model = fake_bmoe_cli(tmp_path, FAKE_BMOE_CLI)
     generator = BmoeCliGenerator(ctx, {"model": str(model), "args": ["-t", 2], "temperature": 0.0})
     generator.start()
     assert generator.generate("two\nlines", 4, 42, 30) == {"tokens": None, "text": " piece"}
@@ -190,7 +179,7 @@ def test_a_side_that_fails_to_start_fails_the_step_and_leaves_no_cgroup(tmp_path
     spec = {"sides": {"a": side, "b": dict(side, memory_bytes=None)}, "prompts": ["hi"], "n_predict": 2,
             "health_timeout_s": 30, "timeout_s": 60}
     ctx = RunContext({"run_id": "t-eq-fail", "engines": {"llama.cpp": {"bin_dir": str(server.parent)}}},
-                     str(tmp_path), _NoCollectors())
+                     str(tmp_path), NoCollectors())
     made: list[str | None] = []
     setup = SideBudget.setup
     monkeypatch.setattr(SideBudget, "setup", lambda self: (setup(self), made.append(self.path))[0])

@@ -25,7 +25,7 @@ from harness.results.loader import read_manifest
 from harness.results.store import ResultSetWriter
 from runner.contract import CONTRACT_VERSION
 from runner.run_context import RunContext
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, NoCollectors, run_cli
 from tests.test_gate import decode_cells, write_set
 from tests.test_lifecycle import EXPERIMENT, _finished_run, setup  # noqa: F401 - setup: the fixture
 
@@ -179,12 +179,7 @@ def test_the_steps_process_is_picked_by_name_not_by_order() -> None:
 
 
 def test_the_runner_names_the_first_process_it_spawned(tmp_path: Path) -> None:
-    ctx = RunContext({"run_id": "r"}, str(tmp_path), _NoCollectors())
+    ctx = RunContext({"run_id": "r"}, str(tmp_path), NoCollectors())
     for name in ("read", "helper"):
         ctx.wait(ctx.spawn(["true"], name=name), 10)
     assert ctx.main_process == "read" and set(ctx.rusage) == {"read", "helper"}
-
-
-class _NoCollectors:
-    def on_spawn(self, pid: int) -> None:
-        pass

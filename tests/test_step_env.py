@@ -19,7 +19,7 @@ from harness.config.target import Target
 from harness.results.ingest import run_row
 from harness.steps import STEPS
 from harness.steps.env import name_problem
-from tests.helpers import cli_in_process, run_campaign
+from tests.helpers import cli_in_process, fake_bmoe_cli, run_campaign
 
 
 def _model(tmp_path: Path) -> Path:
@@ -200,22 +200,10 @@ printf '%s' "$prompt"; printf ' %s\\n\\ngeneration: 2 tokens, 0.1 s/token (10.0 
 """
 
 
-class _NoCollectors:
-    def on_spawn(self, pid: int) -> None:
-        pass
-
-
 def test_an_equivalence_side_of_bmoe_cli_runs_with_its_own_env(tmp_path: Path) -> None:
-    from runner.run_context import RunContext
     from runner.steps.generators import BmoeCliGenerator
 
-    (tmp_path / "bin").mkdir()
-    cli = tmp_path / "bin" / "bmoe-cli"
-    cli.write_text(FAKE_BMOE_CLI)
-    cli.chmod(0o755)
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF")
-    ctx = RunContext({"engines": {"bigmoeonedge": {"bin_dir": str(cli.parent)}}}, str(tmp_path), _NoCollectors())
+    ctx, model = fake_bmoe_cli(tmp_path, FAKE_BMOE_CLI)
     side = {"model": str(model), "args": [], "temperature": 0.0}
     with_env = BmoeCliGenerator(ctx, {**side, "env": {"HARNESS_EXPERT_ASYNC": "8"}})
     with_env.start()
