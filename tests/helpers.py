@@ -19,9 +19,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from harness.models.synth import SynthInfo
     from runner.run_context import RunContext
 
 REPO = Path(__file__).resolve().parents[1]
@@ -484,3 +485,22 @@ def fake_bmoe_cli(tmp_path: Path, script: str) -> tuple[RunContext, Path]:
     model.write_bytes(b"GGUF")
     return RunContext({"engines": {"bigmoeonedge": {"bin_dir": str(cli.parent)}}}, str(tmp_path),
                       NoCollectors()), model
+
+
+@contextlib.contextmanager
+def synced_synth_moe(name: str, **params: Any) -> Iterator[SynthInfo]:
+    """A synthetic MoE (``harness.models.synth.synth_moe`` with ``params``) on the real disk, not tmpfs, and synced,
+    so that dropping its pages makes the next read hit the device; removed afterwards."""
+    from harness.models.synth import synth_moe
+
+    base = Path("/var/tmp/harness-tests") / f"{name}-{os.getpid()}"
+    base.mkdir(parents=True, exist_ok=True)
+    info = synth_moe(base / f"{name}.gguf", **params)
+    fd = os.open(info.path, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    try:
+        yield info
+    finally:
+        os.unlink(info.path)
+        base.rmdir()

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from harness.engines.llamacpp import CPU_NATIVE_FLAGS, DEFAULT_CACHE_DIR, BuildInfo, build_llamacpp
-from harness.models.synth import SynthInfo, synth_moe
+from harness.models.synth import SynthInfo
 from harness.parsers import parse
 from harness.steps import STEPS
 from runner.contract import CONTRACT_VERSION
-from tests.helpers import REPO, run_cli, wait_for
+from tests.helpers import REPO, run_cli, synced_synth_moe, wait_for
 
 SDIST = "llama-cpp-python==0.3.36"
 NATIVE_BIN = REPO / "runner" / "native" / "bin"
@@ -44,16 +44,8 @@ def llama_bin_dir() -> str:
 
 @pytest.fixture(scope="module")
 def tiny_moe() -> Iterator[SynthInfo]:
-    # on the real disk (not tmpfs) and synced, so that dropping its pages makes the next read hit the device
-    base = Path("/var/tmp/harness-tests") / f"llama-{os.getpid()}"
-    base.mkdir(parents=True, exist_ok=True)
-    info = synth_moe(base / "tiny.gguf", layers=4, experts=8, used=2)
-    fd = os.open(info.path, os.O_RDONLY)
-    os.fsync(fd)
-    os.close(fd)
-    yield info
-    os.unlink(info.path)
-    base.rmdir()
+    with synced_synth_moe("llama-tiny", layers=4, experts=8, used=2) as info:
+        yield info
 
 
 def run_step(tmp_path: Path, kind: str, options: dict[str, Any], model: str, bin_dir: str, cache: str,

@@ -26,7 +26,7 @@ from harness.engines.llamacpp import CPU_NATIVE_FLAGS, DEFAULT_CACHE_DIR, BuildI
 from harness.engines.llamacpp.source import SourceSpec, prepare_source
 from harness.models.synth import SynthInfo, synth_moe
 from runner.probes.blockdev import block_device_of
-from tests.helpers import REPO, build_native_tools
+from tests.helpers import REPO, build_native_tools, synced_synth_moe
 
 SDIST = "llama-cpp-python==0.3.36"
 SERIES_DIR = REPO / "patches" / "llama.cpp"
@@ -188,15 +188,8 @@ def test_an_unknown_strategy_stops_the_engine_in_one_line(strategies_build: Buil
 def streaming_moe() -> Iterator[SynthInfo]:
     """Experts of 1 MiB per tensor (hidden 512, ff 1024, f16), so a slice is several 128 KiB blocks and more than
     one 512 KiB block; on the real disk and synced, so that a drop makes the next read hit the device."""
-    base = Path("/var/tmp/harness-tests") / f"strategies-stream-{os.getpid()}"
-    base.mkdir(parents=True, exist_ok=True)
-    info = synth_moe(base / "stream.gguf", layers=4, experts=16, used=2, hidden=512, ff=1024)
-    fd = os.open(info.path, os.O_RDONLY)
-    os.fsync(fd)
-    os.close(fd)
-    yield info
-    os.unlink(info.path)
-    base.rmdir()
+    with synced_synth_moe("strategies-stream", layers=4, experts=16, used=2, hidden=512, ff=1024) as info:
+        yield info
 
 
 @pytest.mark.slow
