@@ -42,7 +42,13 @@ cmdline() {
 now=$(ident) || exit 1
 if [ "$op" = identify ]; then echo "$now"; exit 0; fi
 if [ -n "$want" ] && [ "$now" != "$want" ]; then exit 3; fi
-if [ -n "$marker" ]; then case "$(cmdline)" in *"$marker"*) ;; *) exit 3 ;; esac; fi
+if [ -n "$marker" ]; then
+  # A process in the middle of execve reads an empty command line for a moment (its new memory holds no arguments
+  # yet): a runner signalled right after it started. Ask again for up to a second before calling it another.
+  args=$(cmdline); n=0
+  while [ -z "$args" ] && [ $n -lt 20 ]; do sleep 0.05 2>/dev/null || sleep 1; n=$((n + 1)); args=$(cmdline); done
+  case "$args" in *"$marker"*) ;; *) exit 3 ;; esac
+fi
 if [ "$op" = signal ]; then kill -"$sig" "$pid" 2>/dev/null || exit 1; fi
 exit 0
 """
