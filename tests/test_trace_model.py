@@ -53,3 +53,16 @@ def test_zipf_concentrates_and_reuse_repeats_the_previous_token() -> None:
 def test_a_trace_of_another_model_is_refused() -> None:
     with pytest.raises(TraceError, match="replay: the trace has n_expert=16, the model 64"):
         synth_trace(2, 16, 2, 3).check_fits(2, 64, 2, "replay")
+
+
+def test_an_lru_hits_what_it_still_holds() -> None:
+    from harness.traces.lru import lru_hits
+    # one layer, one expert per token: 0 1 0 2 0 1
+    trace = Trace(1, 4, 1, np.array([0, 1, 0, 2, 0, 1], dtype=np.int32).reshape(6, 1, 1))
+    assert lru_hits(trace, 2).hits == 2          # 0 hit twice; 1 was evicted by 2 before it came back
+    assert lru_hits(trace, 3).hits == 3          # everything fits after the first touches
+    assert lru_hits(trace, 1).hits == 0
+    sized = lru_hits(trace, 300, {0: 100})       # three experts of 100 bytes fit in 300
+    assert (sized.hits, sized.bytes_hit, sized.byte_hit_rate) == (3, 300, 0.5)
+    assert lru_hits(trace, 3, warmup_tokens=3).accesses == 3
+    assert lru_hits(synth_trace(2, 8, 2, 50, seed=0), 16).hit_rate > 0.9  # the whole model fits: cold misses only
