@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.traces.model import read_trace
-from tests.helpers import run_campaign
+from harness.traces.synth import synth_trace
+from tests.helpers import run_campaign, run_cli
 
 EXPERIMENT = """\
 name: replay-two
@@ -59,3 +60,13 @@ def test_two_replay_strategies_land_in_the_requests_table(tmp_path: Path) -> Non
         assert 0.9 * distinct <= row["request_dev_read_bytes"] <= 3 * distinct, (row["run_id"], distinct)
         mine = tokens[tokens["run_id"] == row["run_id"]]
         assert list(mine["token"]) == list(range(12)) and (mine["latency_ms"] > 0).all()
+
+
+def test_a_trace_file_of_another_geometry_is_refused_at_plan_time_on_its_line(tmp_path: Path) -> None:
+    trace = tmp_path / "t16.trace"
+    trace.write_text(synth_trace(4, 16, 2, 3).to_text())  # 16 experts; the model has 8
+    exp = tmp_path / "e.yaml"
+    exp.write_text(EXPERIMENT.replace("trace: {synth: {routing: zipf, reuse: 0.2, seed: 1}}", f"trace: {trace}"))
+    done = run_cli("plan", str(exp))
+    assert done.returncode == 2
+    assert "e.yaml:9: steps[0].replay.trace:" in done.stderr and "n_expert=16, the model 8" in done.stderr
