@@ -713,7 +713,7 @@ static struct range aligned_slice(int layer, int kind, int expert)
 }
 
 /* room for an expert of `need` bytes, evicting least recently used experts not used by this layer; 0 if none */
-static int lru_make_room(uint64_t need, int layer)
+static int lru_make_room(uint64_t need)
 {
     if (need > O.cache_bytes)
         return 0;
@@ -724,7 +724,6 @@ static int lru_make_room(uint64_t need, int layer)
         cache[v].buf = NULL;
         cache_used -= expert_bytes(v / n_expert);
     }
-    (void)layer;
     return cache_used + need <= O.cache_bytes;
 }
 
@@ -748,7 +747,7 @@ static uint64_t expert_direct(int layer, int e)
     }
     for (k = 0; k < KINDS; k++)
         a[k] = aligned_slice(layer, k, e), c->slot_off[k] = total, total += a[k].len;
-    keep = lru_make_room(need, layer);
+    keep = lru_make_room(need);
     c->buf = aligned_alloc_or_die((size_t)total);
     for (k = 0; k < KINDS; k++) {
         struct range g = slice_of(layer, k, e);
@@ -850,13 +849,16 @@ static void prefetch_post(long token, int layer)
 {
     const int32_t *ids = chosen(token, layer);
     int32_t pred[4096];
-    int r, k, n = 0;
+    int r, k, n = 0, wrong = 0;
     for (r = 0; r < n_used && r < 4096; r++) {
         int e = ids[r];
-        if ((double)(rng_next() >> 11) / 9007199254740992.0 >= O.predict_p && n_used < n_expert)
+        /* a wrong guess needs an expert outside the true set not guessed yet; none left: the true one */
+        if ((double)(rng_next() >> 11) / 9007199254740992.0 >= O.predict_p && n_expert - n_used > wrong) {
             do
                 e = (int)(rng_next() % (uint64_t)n_expert);
             while (in_set(ids, n_used, e) || in_set(pred, n, e));
+            wrong++;
+        }
         pred[n++] = e;
     }
     for (k = 0, F.nranges = 0; k < KINDS; k++)
@@ -1069,6 +1071,8 @@ int main(int argc, char **argv)
     read_trace();
     if (O.strategy == S_DIRECT && !O.cache_bytes)
         die2("--cache-bytes: direct-cache needs an LRU budget (bytes)");
+    if (O.blockstat && !read_blockstat().ok)
+        die2("--blockstat %s: not a readable /sys/block/DEV/stat", O.blockstat);
     if (!(out = fopen(O.out, "w")))
         die2("%s: cannot write (%s)", O.out, strerror(errno));
     map_model();
