@@ -170,3 +170,9 @@ def test_bad_input_exits_2_with_one_line(native: Path, model: Path, case: str) -
                           text=True, timeout=30)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and said in done.stderr
+
+
+def test_wrong_predictions_end_when_few_experts_are_outside_the_true_set(native: Path, model: Path) -> None:
+    trace = write_trace(model, synth_trace(N_LAYER, N_EXPERT, N_EXPERT - 1, 2, seed=6))  # one expert left over
+    tokens, summary = replay(native, model, trace, "prefetch", "--predict-p", "0")
+    assert len(tokens) == 2 and summary["tokens"] == 2
