@@ -118,7 +118,9 @@ def test_a_cache_holding_every_expert_hits_everything_on_a_repeated_trace(native
     budget = N_LAYER * N_EXPERT * sum(SLICES.values())
     tokens, _ = replay(native, model, write_trace(model, twice), "direct-cache", "--cache-bytes", str(budget))
     assert tokens[0]["cache_hit_bytes"] == 0  # nothing cached before the first token
+    assert tokens[0]["self_read_bytes"] >= tokens[0]["bytes"]  # O_DIRECT: from storage, 4 KiB-aligned
     assert all(t["cache_hit_bytes"] == t["bytes"] for t in tokens[4:])
+    assert all(t["self_read_bytes"] == 0 for t in tokens[4:])  # a hit reads nothing
 
 
 def test_a_cache_of_one_expert_hits_only_within_a_layer_never_across(native: Path, model: Path) -> None:

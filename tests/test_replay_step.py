@@ -56,10 +56,12 @@ def test_two_replay_strategies_land_in_the_requests_table(tmp_path: Path) -> Non
         per_token, distinct = _trace_bytes(run_dir)
         assert row["decode_tps"] > 0 and bool(row["cold_reached"])
         assert row["replay_bytes_per_token"] == per_token
-        # cold, readahead off: the device moved the trace's distinct slices (pages round up; other readers add)
-        assert 0.9 * distinct <= row["request_dev_read_bytes"] <= 3 * distinct, (row["run_id"], distinct)
         mine = tokens[tokens["run_id"] == row["run_id"]]
         assert list(mine["token"]) == list(range(12)) and (mine["latency_ms"] > 0).all()
+        # cold, readahead off: the program read from storage the trace's distinct slices, each once (pages round
+        # up); its own count, as the shared device also carries other readers
+        assert 0.95 * distinct <= mine["self_read_bytes"].sum() <= 1.3 * distinct, (row["run_id"], distinct)
+        assert row["request_dev_read_bytes"] >= 0.95 * distinct
 
 
 def test_a_trace_file_of_another_geometry_is_refused_at_plan_time_on_its_line(tmp_path: Path) -> None:

@@ -911,10 +911,11 @@ static struct bstat read_blockstat(void)
     return b;
 }
 
-static long majflt_now(void)
+static long majflt_now(long *inblock)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    *inblock = ru.ru_inblock; /* 512-byte blocks this process had read from storage: no other reader counts */
     return ru.ru_majflt;
 }
 
@@ -927,7 +928,7 @@ static uint64_t io_ns_now(void)
     return t;
 }
 
-struct totals { uint64_t bytes, hit, dev_bytes, dev_ios, queue_ms, io_ns, wall_ns; long majflt; int dev_ok; };
+struct totals { uint64_t bytes, hit, dev_bytes, dev_ios, queue_ms, io_ns, wall_ns, self_bytes; long majflt; int dev_ok; };
 
 /* one token: every layer's reads and compute; returns the requested and cache-hit bytes */
 static void run_token(long t, uint64_t *bytes, uint64_t *hit)
@@ -976,25 +977,27 @@ static int qd_known(void) { return O.strategy == S_PREAD || O.strategy == S_URIN
 static void one_token(FILE *out, long t, struct totals *tot)
 {
     struct bstat b0 = read_blockstat(), b1;
-    long f0 = majflt_now(), f1;
+    long in0, in1, f0 = majflt_now(&in0), f1;
     uint64_t io0 = io_ns_now(), bytes = 0, hit = 0, t0 = now_ns(), t1, wall;
     int dev;
     run_token(t, &bytes, &hit);
     t1 = now_ns();
     b1 = read_blockstat();
-    f1 = majflt_now();
+    f1 = majflt_now(&in1);
     wall = t1 - t0 ? t1 - t0 : 1;
     dev = b0.ok && b1.ok;
     fprintf(out, "{\"token\":%ld,\"t_start_ns\":%" PRIu64 ",\"t_end_ns\":%" PRIu64 ",\"latency_ns\":%" PRIu64
             ",\"bytes\":%" PRIu64, t, t0, t1, t1 - t0, bytes);
     put_u64_or_null(out, "dev_read_bytes", dev, (b1.rd_sectors - b0.rd_sectors) * 512u);
     put_u64_or_null(out, "dev_read_ios", dev, b1.rd_ios - b0.rd_ios);
-    fprintf(out, ",\"cache_hit_bytes\":%" PRIu64 ",\"majflt\":%ld", hit, f1 - f0);
+    fprintf(out, ",\"cache_hit_bytes\":%" PRIu64 ",\"majflt\":%ld,\"self_read_bytes\":%" PRIu64, hit, f1 - f0,
+            (uint64_t)(in1 - in0) * 512u);
     put_ratio_or_null(out, "inflight_avg", dev, (double)(b1.queue_ms - b0.queue_ms) * 1e6 / (double)wall);
     put_ratio_or_null(out, "qd_avg", qd_known(), (double)(io_ns_now() - io0) / (double)wall);
     fputs("}\n", out);
     fflush(out); /* the runner marks the first token when its line appears */
     tot->bytes += bytes, tot->hit += hit, tot->majflt += f1 - f0, tot->io_ns += io_ns_now() - io0;
+    tot->self_bytes += (uint64_t)(in1 - in0) * 512u;
     tot->dev_ok = dev && (t == 0 || tot->dev_ok);
     tot->dev_bytes += (b1.rd_sectors - b0.rd_sectors) * 512u, tot->dev_ios += b1.rd_ios - b0.rd_ios;
     tot->queue_ms += b1.queue_ms - b0.queue_ms;
@@ -1011,6 +1014,7 @@ static void summary(FILE *out, const struct totals *tot, uint64_t checksum)
     put_ratio_or_null(out, "dev_read_bytes_per_token", tot->dev_ok, (double)tot->dev_bytes / n);
     put_ratio_or_null(out, "dev_read_ios_per_token", tot->dev_ok, (double)tot->dev_ios / n);
     put_ratio_or_null(out, "inflight_avg", tot->dev_ok, (double)tot->queue_ms / 1e3 / wall_s);
+    fprintf(out, ",\"self_read_bytes_per_token\":%.1f", (double)tot->self_bytes / n);
     put_ratio_or_null(out, "qd_avg", qd_known(), (double)tot->io_ns / 1e9 / wall_s);
     fprintf(out, ",\"bytes\":%" PRIu64 ",\"cache_hit_bytes\":%" PRIu64 ",\"majflt\":%ld,\"strategy\":\"%s\","
             "\"threads\":%d,\"bs\":%" PRIu64 ",\"qd\":%d,\"compute\":\"%s\",\"fadv_random\":%s,\"cache_bytes\":%"
