@@ -32,7 +32,18 @@
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__has_include)
+#if __has_include(<linux/io_uring.h>)
 #include <linux/io_uring.h>
+#endif
+#endif
+/* IORING_OP_READ came with 5.6 headers, IORING_FEAT_FAST_POLL (a macro, unlike the opcodes) with 5.7: older
+ * headers (an old NDK) build everything but io_uring, which then exits 2 saying so */
+#if defined(IORING_FEAT_FAST_POLL) && defined(__NR_io_uring_setup)
+#define HAVE_URING 1
+#else
+#define HAVE_URING 0
+#endif
 
 #define DIRECT_ALIGN 4096u
 #define KINDS 3
@@ -63,6 +74,9 @@ static int32_t *trace_ids;            /* [(token * n_layer + layer) * n_used + r
 static const unsigned char *map;
 static uint64_t file_size;
 static long page_size;
+
+static void die2(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die1(const char *what, int err) __attribute__((noreturn));
 
 static void die2(const char *fmt, ...)
 {
@@ -124,7 +138,7 @@ static int header_field(const char *line, const char *key, const char *where)
 {
     char pat[32];
     const char *p;
-    long v;
+    long v = 0;
     snprintf(pat, sizeof pat, " %s=", key);
     p = strstr(line, pat);
     if (!p || (v = strtol(p + strlen(pat), NULL, 10)) <= 0)
@@ -577,6 +591,7 @@ static void layer_pread(long token, int layer)
     pool_run(M_BLOCKS);
 }
 
+#if HAVE_URING
 /* io_uring through the raw syscalls: one ring, up to qd reads of bs bytes in flight, reaped in the main thread */
 static struct {
     int fd;
@@ -681,6 +696,20 @@ static void layer_uring(long token, int layer)
         done += (size_t)uring_reap();
     }
 }
+
+#else
+static struct { uint64_t io_ns, sum; } U;
+
+static void uring_setup(void)
+{
+    die2("io_uring: this replay was built without <linux/io_uring.h> (5.7+ kernel headers)");
+}
+
+static void layer_uring(long token, int layer)
+{
+    (void)token, (void)layer;
+}
+#endif
 
 /* direct-cache: an LRU of whole experts (up+gate+down, O_DIRECT-read 4 KiB-aligned copies); budget in slice bytes,
  * as harness/traces/lru.py counts it */
