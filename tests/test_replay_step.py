@@ -72,3 +72,9 @@ def test_a_trace_file_of_another_geometry_is_refused_at_plan_time_on_its_line(tm
     done = run_cli("plan", str(exp))
     assert done.returncode == 2
     assert "e.yaml:9: steps[0].replay.trace:" in done.stderr and "n_expert=16, the model 8" in done.stderr
+
+
+def test_the_shipped_replay_example_plans() -> None:
+    done = run_cli("plan", "experiments/examples/replay-strategies.yaml")
+    assert done.returncode == 0, done.stderr
+    assert "replay" in done.stdout
