@@ -78,3 +78,11 @@ def test_the_shipped_replay_example_plans() -> None:
     done = run_cli("plan", "experiments/examples/replay-strategies.yaml")
     assert done.returncode == 0, done.stderr
     assert "replay" in done.stdout
+
+
+def test_a_model_the_controller_cannot_read_is_refused_at_plan_time(tmp_path: Path) -> None:
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: replay-nopath\nmodel: /nowhere/model.gguf\nsteps:\n  - replay: {strategy: pread}\n")
+    done = run_cli("plan", str(exp))
+    assert done.returncode == 2
+    assert "e.yaml:4: steps[0].replay.model:" in done.stderr and "controller's copy" in done.stderr
