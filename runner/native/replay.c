@@ -957,9 +957,13 @@ static uint64_t io_ns_now(void)
     return t;
 }
 
-struct totals { uint64_t bytes, hit, dev_bytes, dev_ios, queue_ms, io_ns, wall_ns, self_bytes; long majflt; int dev_ok; };
+struct totals {
+    uint64_t bytes, hit, dev_bytes, dev_ios, queue_ms, io_ns, wall_ns, self_bytes;
+    long majflt;
+    int dev_ok;
+};
 
-/* one token: every layer's reads and compute; returns the requested and cache-hit bytes */
+/* one token: every layer's reads and compute; adds its requested and cache-hit bytes */
 static void run_token(long t, uint64_t *bytes, uint64_t *hit)
 {
     int l;
@@ -1048,9 +1052,10 @@ static void summary(FILE *out, const struct totals *tot, uint64_t checksum)
     fprintf(out, ",\"bytes\":%" PRIu64 ",\"cache_hit_bytes\":%" PRIu64 ",\"majflt\":%ld,\"strategy\":\"%s\","
             "\"threads\":%d,\"bs\":%" PRIu64 ",\"qd\":%d,\"compute\":\"%s\",\"fadv_random\":%s,\"cache_bytes\":%"
             PRIu64 ",\"predict_p\":%.4f,\"seed\":%" PRIu64 ",\"n_layer\":%d,\"n_expert\":%d,\"n_used\":%d,"
-            "\"checksum\":%" PRIu64 ",\"prefetch_checksum\":%" PRIu64 "}}\n", tot->bytes, tot->hit, tot->majflt, STRATEGIES[O.strategy], O.threads,
-            O.bs, O.qd, O.compute_arg, O.fadv_random ? "true" : "false", O.cache_bytes, O.predict_p, O.seed, n_layer,
-            n_expert, n_used, checksum, F.sum);
+            "\"checksum\":%" PRIu64 ",\"prefetch_checksum\":%" PRIu64 "}}\n",
+            tot->bytes, tot->hit, tot->majflt, STRATEGIES[O.strategy], O.threads, O.bs, O.qd, O.compute_arg,
+            O.fadv_random ? "true" : "false", O.cache_bytes, O.predict_p, O.seed, n_layer, n_expert, n_used,
+            checksum, F.sum);
 }
 
 /* ---------- main ---------- */
