@@ -61,9 +61,9 @@ def parse_recorded(text: str, n_layer: int, n_expert: int, n_used: int, source: 
         tokens.setdefault((prompt, token), np.full((n_layer, n_used), -1, dtype=np.int32))[layer] = ids
     if not tokens:
         raise TraceError(f"{where}: llama.cpp decoded no token (the model ended every answer at once?)")
-    for (prompt, token), ids in tokens.items():
-        if (ids < 0).any():
-            layer = int(np.argwhere(ids < 0)[0][0])
+    for (prompt, token), routed in tokens.items():
+        if (routed < 0).any():
+            layer = int(np.argwhere(routed < 0)[0][0])
             raise TraceError(f"{where}: prompt {prompt + 1} token {token}: layer {layer} has no router (a dense "
                              "layer); a harness trace routes every layer")
     experts = np.stack([tokens[k] for k in sorted(tokens)])
