@@ -135,3 +135,22 @@ def test_record_reads_llamacpp_routing_zipf_concentrated_and_uniform_not(tmp_pat
         top4[routing] = summary([layer_stats(trace, layer) for layer in range(4)])["top4_share"]["mean"]
     assert top4["uniform"] < 0.2, top4
     assert top4["zipf"] > 3 * top4["uniform"], top4
+
+
+def test_the_recorder_needs_a_static_llamacpp_build_and_says_so(tmp_path: Path) -> None:
+    from harness.engines.errors import BuildError
+    from harness.engines.llamacpp.build import BuildInfo
+    from harness.engines.llamacpp.recorder import build_recorder
+
+    key_dir = tmp_path / "cache" / "k"
+    for header in ("src/include/llama.h", "src/ggml/include/ggml.h", "build/src/libllama.so"):
+        (key_dir / header).parent.mkdir(parents=True, exist_ok=True)
+        (key_dir / header).write_text("")
+    build = BuildInfo(key="k" * 64, dir=str(key_dir), source={}, source_dir="", commit=None, cmake_flags=[],
+                      patches=[], compiler="", binaries={}, binary_sha256={}, versions={}, build_seconds=0,
+                      built_at="", log="")
+    with pytest.raises(BuildError, match="has no libllama.a under .*needs a static build"):
+        build_recorder(build)
+    (key_dir / "src/include/llama.h").unlink()
+    with pytest.raises(BuildError, match="has no include/llama.h beside ggml/include/ggml.h"):
+        build_recorder(build)

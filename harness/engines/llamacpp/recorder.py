@@ -24,25 +24,37 @@ SOURCE = Path(__file__).with_name("trace_record.cpp")
 LIBS = ("libllama.a", "libggml.a", "libggml-cpu.a", "libggml-base.a")  # link order: users before what they use
 
 
-def _find(root: Path, name: str, what: str, build: BuildInfo) -> Path:
+def _find(root: Path, name: str, build: BuildInfo) -> Path:
     for directory, dirnames, filenames in os.walk(root):
         dirnames.sort()
         if name in filenames:
             return Path(directory) / name
-    raise BuildError(f"llama.cpp build {build.key[:12]} has no {what} ({name} under {root}); "
-                     "trace-record needs a static build (BUILD_SHARED_LIBS=OFF, the harness's default)")
+    raise BuildError(f"llama.cpp build {build.key[:12]} has no {name} under {root}; trace-record needs a static "
+                     "build (BUILD_SHARED_LIBS=OFF, the harness's default)")
 
 
-def _command(build: BuildInfo, binary: Path) -> list[str]:
-    header = _find(Path(build.dir) / "src", "llama.h", "llama.h", build)
-    root = header.parent.parent
-    ggml_header = _find(root / "ggml", "ggml.h", "ggml headers", build)
-    libs = [str(_find(Path(build.dir) / "build", lib, "static library", build)) for lib in LIBS]
-    cache = (Path(build.dir) / "build" / "CMakeCache.txt")
+def _llama_root(build: BuildInfo) -> Path:
+    """The llama.cpp tree in the build's source copy: itself, or one embedded (BigMoeOnEdge's third_party/)."""
+    for directory, dirnames, _files in os.walk(Path(build.dir) / "src"):
+        dirnames.sort()
+        here = Path(directory)
+        if (here / "include" / "llama.h").is_file() and (here / "ggml" / "include" / "ggml.h").is_file():
+            return here
+    raise BuildError(f"llama.cpp build {build.key[:12]} has no include/llama.h beside ggml/include/ggml.h")
+
+
+def _commands(build: BuildInfo, key_dir: Path, binary: Path, launcher: list[str]) -> list[list[str]]:
+    """Compile (through ccache when given: it caches compiles, never links), then link."""
+    root = _llama_root(build)
+    libs = [str(_find(Path(build.dir) / "build", lib, build)) for lib in LIBS]
+    cache = Path(build.dir) / "build" / "CMakeCache.txt"
     openmp = cache.is_file() and "GGML_OPENMP_ENABLED:INTERNAL=ON" in cache.read_text(errors="replace")
-    return [os.environ.get("CXX", "c++"), "-O2", "-std=c++17", "-Wall", "-Wextra", f"-I{header.parent}",
-            f"-I{ggml_header.parent}", str(SOURCE), *libs, *(["-fopenmp"] if openmp else []), "-lpthread", "-ldl",
-            "-lm", "-o", str(binary)]
+    cxx = os.environ.get("CXX", "c++")
+    obj = key_dir / "trace_record.o"
+    compile_ = [*launcher, cxx, "-O2", "-std=c++17", "-Wall", "-Wextra", f"-I{root / 'include'}",
+                f"-I{root / 'ggml' / 'include'}", "-c", str(SOURCE), "-o", str(obj)]
+    link = [cxx, str(obj), *libs, *(["-fopenmp"] if openmp else []), "-lpthread", "-ldl", "-lm", "-o", str(binary)]
+    return [compile_, link]
 
 
 def recorder_key(build: BuildInfo) -> str:
@@ -62,17 +74,18 @@ def build_recorder(build: BuildInfo, say: Callable[[str], None] = lambda _line: 
             return binary
         shutil.rmtree(key_dir, ignore_errors=True)
         key_dir.mkdir(parents=True)
-        command = _command(build, binary)
-        _launcher, env, ccache = enginebuild.compiler_cache(str(key_dir))
-        if ccache is not None:
-            command.insert(0, ccache["path"])
+        _args, env, ccache = enginebuild.compiler_cache(str(key_dir))
+        commands = _commands(build, key_dir, binary, [ccache["path"]] if ccache else [])
         say(f"trace-record {key[:12]}: compiling against llama.cpp build {build.key[:12]}")
         log = key_dir / "build.log"
         with log.open("w") as out:
-            out.write("$ " + " ".join(command) + "\n")
-            out.flush()
-            done = subprocess.run(command, cwd=key_dir, env=dict(os.environ, **env), stdout=out,
-                                  stderr=subprocess.STDOUT, check=False)
+            for command in commands:
+                out.write("$ " + " ".join(command) + "\n")
+                out.flush()
+                done = subprocess.run(command, cwd=key_dir, env=dict(os.environ, **env), stdout=out,
+                                      stderr=subprocess.STDOUT, check=False)
+                if done.returncode != 0:
+                    break
         if done.returncode != 0 or not binary.is_file():
             raise BuildError(f"trace-record failed to compile against llama.cpp build {build.key[:12]}; log: {log}")
         (key_dir / "DONE").write_text(build.key + "\n")
