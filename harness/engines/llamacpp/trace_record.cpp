@@ -155,9 +155,12 @@ int main(int argc, char ** argv) {
     int status = 0;
     for (size_t p = 0; p < prompts.size() && status == 0; ++p) {
         std::vector<llama_token> tokens = tokenize(vocab, prompts[p]);
-        if (tokens.empty() || (int) tokens.size() + n_predict > n_ctx) {
+        if (tokens.empty()) {
+            std::fprintf(stderr, "trace-record: prompt %zu tokenizes to nothing\n", p + 1);
+            status = 2;
+        } else if ((int) tokens.size() + n_predict > n_ctx) {
             std::fprintf(stderr, "trace-record: prompt %zu has %zu tokens; with %d to decode that exceeds the "
-                         "context of %d\n", p + 1, tokens.size(), n_predict, n_ctx);
+                         "context of %d (--ctx)\n", p + 1, tokens.size(), n_predict, n_ctx);
             status = 2;
         } else if (record_prompt(ctx, vocab, greedy, rec, tokens, (int) p, n_predict, out) < 0) {
             std::fprintf(stderr, "trace-record: llama_decode failed on prompt %zu\n", p + 1);
