@@ -115,33 +115,35 @@ def test_record_refuses_bad_prompts_before_building_anything(tmp_path: Path, sma
 @pytest.mark.slow
 @pytest.mark.timeout(BUILD_TIMEOUT_S)
 def test_record_reads_llamacpp_routing_zipf_concentrated_and_uniform_not(tmp_path: Path) -> None:
-    """llama.cpp (the harness's build) decodes experiments/prompts/short.jsonl's prompts, 24 tokens each, on a zipf
-    and a uniform synthetic qwen3moe (4 layers, 64 experts, 4 used); the recorded routing must have the model's
-    geometry, n_used distinct experts per token and layer, and the zipf model's top-4 share well above the uniform
-    one's (near 4 x 4/64 = 6 % over a long window); a prompt that does not fit the context is refused in one line."""
+    """llama.cpp (the harness's build) decodes two prompts, 64 tokens each, on a zipf and a uniform synthetic
+    qwen3moe (4 layers, 64 experts, 4 used); the recorded routing must have the model's geometry, n_used distinct
+    experts per token and layer, and the zipf model's top-4 share well above the uniform one's (near 4 x 4/64 = 6 %
+    over a long window); a prompt that does not fit the context is refused in one line. (A synthetic model's greedy
+    decode walks one fixed cycle of tokens, so prompts ending in the same token decode the same tokens: these two
+    end differently.)"""
     from harness.analysis.trace_stats import layer_stats, summary
-    from harness.traces.record import read_prompts
 
-    prompts = REPO / "experiments" / "prompts" / "short.jsonl"
-    n_prompts = len(read_prompts(prompts))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Explain why a solid state drive is fast"}\n'
+                       '{"prompt": "What is the capital of Australia?"}\n')
     top4 = {}
     for routing in ("zipf", "uniform"):
         model, out = tmp_path / f"{routing}.gguf", tmp_path / f"{routing}.trace"
         synth_moe(model, layers=4, experts=64, used=4, hidden=256, ff=64, routing=routing)
-        done = run_cli("trace", "record", str(model), str(prompts), "--out", str(out), "-n", "24", "--threads", "2",
+        done = run_cli("trace", "record", str(model), str(prompts), "--out", str(out), "-n", "64", "--threads", "2",
                        timeout=BUILD_TIMEOUT_S)
         assert done.returncode == 0, done.stderr[-2000:]
         trace = read_trace(out)
-        # the synthetic model never ends an answer: every prompt decodes all 24 tokens
-        assert (trace.n_layer, trace.n_expert, trace.n_used, trace.tokens) == (4, 64, 4, n_prompts * 24)
+        # the synthetic model never ends an answer: every prompt decodes all its tokens
+        assert (trace.n_layer, trace.n_expert, trace.n_used, trace.tokens) == (4, 64, 4, 2 * 64)
         assert trace.source == f"llama.cpp:{routing}.gguf"
         assert all(len(set(ids.tolist())) == 4 for ids in trace.experts.reshape(-1, 4))
         top4[routing] = summary([layer_stats(trace, layer) for layer in range(4)])["top4_share"]["mean"]
     assert top4["uniform"] < 0.2, top4
     assert top4["zipf"] > 3 * top4["uniform"], top4
     too_long = run_cli("trace", "record", str(tmp_path / "zipf.gguf"), str(prompts), "--out", str(tmp_path / "x"),
-                       "-n", "24", "--ctx", "16", timeout=600)
-    _one_line_error(too_long, "with 24 to decode that exceeds the context of 16 (--ctx)")
+                       "-n", "64", "--ctx", "16", timeout=600)
+    _one_line_error(too_long, "with 64 to decode that exceeds the context of 16 (--ctx)")
 
 
 def test_the_recorder_needs_a_static_llamacpp_build_and_says_so(tmp_path: Path) -> None:
