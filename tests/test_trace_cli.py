@@ -163,3 +163,38 @@ def test_the_recorder_needs_a_static_llamacpp_build_and_says_so(tmp_path: Path) 
     (key_dir / "src/include/llama.h").unlink()
     with pytest.raises(BuildError, match="has no include/llama.h beside ggml/include/ggml.h"):
         build_recorder(build)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
+def test_recorded_routing_is_the_one_bigmoeonedge_traces_for_the_same_decode(tmp_path: Path) -> None:
+    """The same zipf model and prompt, 24 greedy tokens: the trace `trace record` writes equals, token by token and
+    layer by layer in rank order, the decode phase of BigMoeOnEdge's own --route-trace (its RouterHook reads the same
+    ffn_moe_topk nodes, of the same llama.cpp, with its own code)."""
+    import os
+
+    from harness.campaign.prepare import BUILD_CACHE
+    from harness.engines import ENGINES
+    from harness.engines.bigmoeonedge.source import PINNED_COMMIT, SOURCES_ENV, archive_name
+    from harness.traces.bmoe import load_trace
+
+    folder = os.environ.get(SOURCES_ENV)
+    if not folder or not (Path(folder) / archive_name("BigMoeOnEdge", PINNED_COMMIT)).is_file():
+        pytest.skip(f"no BigMoeOnEdge archive in ${SOURCES_ENV} ({folder or 'unset'})")
+    engine = ENGINES["bigmoeonedge"]
+    cli = engine.build(engine.spec(None), REPO, BUILD_CACHE, lambda _message: None).binaries["bmoe-cli"]
+    model, route, out = tmp_path / "z.gguf", tmp_path / "z.route.csv", tmp_path / "z.trace"
+    synth_moe(model, layers=4, experts=64, used=4, hidden=256, ff=64, routing="zipf")
+    prompt = "Explain why a solid state drive is fast"
+    done = subprocess.run([cli, "-m", str(model), "-p", prompt, "-n", "24", "-t", "2", "-c", "256", "--moe-stream",
+                           "--cache-mb", "0", "--route-trace", str(route)], capture_output=True, text=True,
+                          errors="replace", timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": prompt}) + "\n")
+    recorded = run_cli("trace", "record", str(model), str(prompts), "--out", str(out), "-n", "24",
+                       timeout=BUILD_TIMEOUT_S)
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    ours, theirs = read_trace(out), load_trace(route)
+    assert ours.tokens == theirs.tokens == 24
+    assert (ours.experts == theirs.experts).all()
