@@ -91,6 +91,9 @@ def test_stats_by_default_tries_caches_of_one_to_eight_tokens_of_experts(tmp_pat
     cli_in_process("trace", "synth", "--out", str(trace), "--layers", "2", "--experts", "16", "--used", "2")
     report = json.loads(cli_in_process("trace", "stats", str(trace), "--format", "json").stdout)
     assert [c["capacity"] for c in report["cache"]] == [4, 8, 16, 32] and report["cache"][0]["unit"] == "experts"
+    warm = json.loads(cli_in_process("trace", "stats", str(trace), "--warmup", "100", "--format", "json").stdout)
+    # 156 of the 256 tokens counted; a cache of every expert (32) misses nothing once warm
+    assert warm["cache"][-1]["accesses"] == 156 * 2 * 2 and warm["cache"][-1]["hit_rate"] == 1.0
 
 
 def test_stats_refuses_bad_input_in_one_line(tmp_path: Path, small_model: Path) -> None:
@@ -99,6 +102,7 @@ def test_stats_refuses_bad_input_in_one_line(tmp_path: Path, small_model: Path) 
                     "qwen-decode6.route.csv: the trace has n_layer=48, the model 3")
     _one_line_error(cli_in_process("trace", "stats", str(QWEN), "--cache-experts", "x"), "--cache-experts")
     _one_line_error(cli_in_process("trace", "stats", str(QWEN), "--format", "csv"), "--format")
+    _one_line_error(cli_in_process("trace", "stats", str(QWEN), "--warmup", "6"), "--warmup: expected 0..5")
     _one_line_error(cli_in_process("trace", "stats", str(REPO / "pyproject.toml")),
                     "pyproject.toml:1: not a routing trace")
 

@@ -132,14 +132,16 @@ def summary(layers: list[LayerStats]) -> dict[str, dict[str, float]]:
     return out
 
 
-def trace_report(trace: Trace, capacities: list[int] | None = None,
-                 expert_bytes: dict[int, int] | None = None) -> dict[str, Any]:
-    """Everything ``harness trace stats`` prints, as plain data (its ``--format json``)."""
+def trace_report(trace: Trace, capacities: list[int] | None = None, expert_bytes: dict[int, int] | None = None,
+                 warmup_tokens: int = 0) -> dict[str, Any]:
+    """Everything ``harness trace stats`` prints, as plain data (its ``--format json``); the caches' first
+    ``warmup_tokens`` fill them uncounted (a steady state rather than the cold start)."""
     layers = per_layer(trace)
     return {
         "trace": {"n_layer": trace.n_layer, "n_expert": trace.n_expert, "n_used": trace.n_used,
                   "tokens": trace.tokens, "source": trace.source},
         "summary": summary(layers),
         "layers": [asdict(s) for s in layers],
-        "cache": [asdict(c) for c in cache_stats(trace, capacities or [], expert_bytes)],
+        "cache_warmup_tokens": warmup_tokens,
+        "cache": [asdict(c) for c in cache_stats(trace, capacities or [], expert_bytes, warmup_tokens)],
     }

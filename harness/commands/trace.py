@@ -133,6 +133,7 @@ def stats(trace_file: Path = typer.Argument(..., metavar="TRACE", help="harness 
           model: Path = typer.Option(None, "--model", help="GGUF the trace routes: expert sizes, geometry checked"),
           cache: str = typer.Option(None, "--cache", help="LRU sizes in bytes, e.g. 256M,1G (needs --model)"),
           cache_experts: str = typer.Option(None, "--cache-experts", help="LRU sizes in experts, e.g. 64,128"),
+          warmup: int = typer.Option(0, "--warmup", help="first tokens fill the caches uncounted (steady state)"),
           fmt: str = typer.Option("table", "--format", help="table or json")) -> None:
     """Per-layer popularity and reuse distance of a trace, and the hit rates of LRU expert caches."""
     from harness.analysis.trace_stats import trace_report
@@ -141,11 +142,13 @@ def stats(trace_file: Path = typer.Argument(..., metavar="TRACE", help="harness 
     if fmt not in ("table", "json"):
         raise UsageError(f"--format: expected table or json, got {fmt!r}")
     trace = load_trace(trace_file)
+    if not 0 <= warmup < trace.tokens:
+        raise UsageError(f"--warmup: expected 0..{trace.tokens - 1} (the trace has {trace.tokens} tokens), got {warmup}")
     info = _inspect(model) if model is not None else None
     if info is not None:
         trace.check_fits(info.block_count, info.expert_count, info.expert_used_count, str(trace_file))
     capacities, in_bytes = _capacities(cache, cache_experts, info, trace)
-    report = trace_report(trace, capacities, info.expert_bytes_per_layer if in_bytes else None)
+    report = trace_report(trace, capacities, info.expert_bytes_per_layer if in_bytes else None, warmup)
     if fmt == "json":
         typer.echo(json.dumps(report, indent=1))
         return
@@ -183,7 +186,9 @@ def _print_layers(report: dict[str, Any]) -> None:
 def _print_caches(report: dict[str, Any]) -> None:
     if not report["cache"]:
         return
-    table = Table(title="LRU expert cache (all layers in one cache, cold start)", title_justify="left")
+    warmup = report["cache_warmup_tokens"]
+    start = f"counted after {warmup} warm-up tokens" if warmup else "cold start"
+    table = Table(title=f"LRU expert cache (all layers in one cache, {start})", title_justify="left")
     for name in ("capacity", "experts", "hit rate", "byte hit rate", "hits", "accesses"):
         table.add_column(name, justify="right")
     for row in report["cache"]:
