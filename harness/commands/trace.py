@@ -143,7 +143,8 @@ def stats(trace_file: Path = typer.Argument(..., metavar="TRACE", help="harness 
         raise UsageError(f"--format: expected table or json, got {fmt!r}")
     trace = load_trace(trace_file)
     if not 0 <= warmup < trace.tokens:
-        raise UsageError(f"--warmup: expected 0..{trace.tokens - 1} (the trace has {trace.tokens} tokens), got {warmup}")
+        raise UsageError(f"--warmup: expected 0..{trace.tokens - 1} (the trace has {trace.tokens} tokens), "
+                         f"got {warmup}")
     info = _inspect(model) if model is not None else None
     if info is not None:
         trace.check_fits(info.block_count, info.expert_count, info.expert_used_count, str(trace_file))
