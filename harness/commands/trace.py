@@ -83,7 +83,8 @@ def record(model: Path = typer.Argument(..., help="GGUF MoE model llama.cpp runs
            ctx: int = typer.Option(2048, "--ctx", help="context size (prompt + decoded tokens must fit)")) -> None:
     """Record which experts llama.cpp's decode chooses, per token and layer, on THIS machine (the controller):
     builds llama.cpp (the harness's default build, cached) and a small recorder against it, then decodes each
-    prompt greedily, reading the ffn_moe_topk routing nodes through llama.cpp's eval callback."""
+    prompt (its raw text, no chat template) greedily, reading the ffn_moe_topk routing nodes through llama.cpp's
+    eval callback. Only decode tokens are recorded, the prompts' one after another."""
     from harness.campaign.prepare import BUILD_CACHE
     from harness.engines import ENGINES
     from harness.engines.llamacpp.recorder import build_recorder
