@@ -75,6 +75,8 @@ def build_recorder(build: BuildInfo, say: Callable[[str], None] = lambda _line: 
         shutil.rmtree(key_dir, ignore_errors=True)
         key_dir.mkdir(parents=True)
         _args, env, ccache = enginebuild.compiler_cache(str(key_dir))
+        if ccache is not None:  # the builds' own ccache directory, not one beside the recorder's key dirs
+            env["CCACHE_DIR"] = ccache["dir"] = str(Path(build.dir).parent / "ccache")
         commands = _commands(build, key_dir, binary, [ccache["path"]] if ccache else [])
         say(f"trace-record {key[:12]}: compiling against llama.cpp build {build.key[:12]}")
         log = key_dir / "build.log"
