@@ -10,10 +10,10 @@ trace's window of decoded tokens,
 * reuse distance: for every selection, the number of tokens since the same expert was last chosen in the same
   layer (1: the previous token chose it too). ``reuse_median`` and ``reuse_p90`` over the selections that had an
   earlier one, ``reuse_d1_share`` the share of all selections at distance 1, ``never_reused`` the share whose
-  expert had not been chosen before in the window (a first touch: no cache of any size hits it). This is the
-  token-granular form of Mattson et al.'s stack/reuse distance (IBM Systems Journal 9(2), 1970,
-  doi:10.1147/sj.92.0078): an LRU holding an expert for d tokens of that layer's traffic hits every access whose
-  distance is below d;
+  expert had not been chosen before in the window (a first touch: no cache of any size hits it). It is a distance
+  in time (tokens), not Mattson et al.'s stack distance (the number of distinct items used in between, which decides
+  an LRU hit exactly; IBM Systems Journal 9(2), 1970, doi:10.1147/sj.92.0078): one cache holds every layer's
+  experts, so the hit rates below are simulated rather than read off these distances;
 * the hit rate of an LRU expert cache of a given size (``harness.traces.lru.lru_hits``, every layer's experts in
   one cache, sized in bytes with a model's expert bytes per layer, else in experts).
 
