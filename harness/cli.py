@@ -46,9 +46,11 @@ def _register() -> None:
         results,
         run,
         targets,
+        trace,
     )
 
-    for module in (run, plan, targets, probe, report, parse, deploy, model, lease, compare, gate, ci, bisect):
+    for module in (run, plan, targets, probe, report, parse, deploy, model, trace, lease, compare, gate, ci,
+                   bisect):
         module.register(app)
     results.register(results_app)
 

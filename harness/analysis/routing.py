@@ -8,6 +8,9 @@ over a window of decoded tokens,
 * ``effective_experts``: exp(entropy) of the layer's selection counts; n_expert for a perfectly even spread,
   fewer the more concentrated (a finite window caps it below n_expert even for uniform routing).
 
+The share and the entropy are ``harness.analysis.trace_stats``'s (which has them, reuse distances and LRU hit rates
+for any trace, this one converted by ``harness.traces.bmoe``).
+
 Figures depend on the window's length, so compare traces over the same number of decode tokens (``steps``).
 """
 
@@ -15,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-TOP = 4
+from harness.analysis.trace_stats import TOP, effective_experts, top_share
+
 COLUMNS = ["layer", "tokens", "distinct_experts", "uniform_distinct", "top4_share", "reuse_prev",
            "effective_experts"]
 
@@ -56,19 +59,15 @@ def routing_by_layer(window: pd.DataFrame) -> pd.DataFrame:
     if window.empty:
         return pd.DataFrame(columns=COLUMNS)
     n_expert, used = int(window["n_expert"].iloc[0]), int(window["n_expert_used"].iloc[0])
-    counts = window.groupby(["layer", "expert"]).size().rename("n").reset_index()
-    counts = counts.sort_values(["layer", "n"], ascending=[True, False])
-    total = counts.groupby("layer")["n"].transform("sum")
-    share = counts["n"] / total
-    counts = counts.assign(plogp=-share * np.log(share))
-    by_layer = counts.groupby("layer")
+    counts = window.groupby(["layer", "expert"]).size()
+    by_layer = {int(layer): group.to_numpy() for layer, group in counts.groupby(level="layer")}
     tokens = window.groupby("layer")["step"].nunique()
     out = pd.DataFrame({
-        "tokens": tokens, "distinct_experts": by_layer.size(),
+        "tokens": tokens, "distinct_experts": pd.Series({k: len(v) for k, v in by_layer.items()}),
         "uniform_distinct": n_expert * (1 - (1 - used / n_expert) ** tokens),
-        "top4_share": by_layer.head(TOP).groupby("layer")["n"].sum() / by_layer["n"].sum(),
+        "top4_share": pd.Series({k: top_share(v, TOP) for k, v in by_layer.items()}),
         "reuse_prev": _reuse(window),
-        "effective_experts": np.exp(by_layer["plogp"].sum()),  # exp of the entropy (nats) of the counts
+        "effective_experts": pd.Series({k: effective_experts(v) for k, v in by_layer.items()}),
     })
     return out.rename_axis("layer").reset_index()[COLUMNS]
 
