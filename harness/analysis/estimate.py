@@ -129,8 +129,9 @@ def strategies(model: ModelBytes, knobs: StrategyKnobs) -> list[Strategy]:
     """The six strategies of the replay program, each with what it reaches under ``knobs``."""
     cap = model.slice_bytes  # no request is larger than the slice it reads
     bs = Span.of(min(knobs.bs_bytes, cap))
+    fault_kib = Span(knobs.mmap_io.low / KIB, knobs.mmap_io.high / KIB).text("{:.0f}")
     mmap = Strategy("mmap", knobs.mmap_inflight, knobs.mmap_io,
-                    f"page faults of {Span(knobs.mmap_io.low / KIB, knobs.mmap_io.high / KIB).text('{:.0f}')} KiB at {knobs.mmap_inflight.text()} in "
+                    f"page faults of {fault_kib} KiB at {knobs.mmap_inflight.text()} in "
                     "flight (what the seed measured on the Orin's llama.cpp decode; another board or kernel may "
                     "differ: --mmap-inflight, --mmap-io)")
     wide = min(model.n_used * model.tensors_per_expert, 64)

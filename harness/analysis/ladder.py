@@ -85,7 +85,7 @@ class Ladder:
             return Throughput(curve[0][1], inflight, "below", curve[0][2])
         if inflight > curve[-1][0]:
             return Throughput(curve[-1][1], inflight, "above", curve[-1][2])
-        for (x0, y0, _), (x1, y1, _) in zip(curve, curve[1:]):
+        for (x0, y0, _), (x1, y1, _) in zip(curve, curve[1:], strict=False):
             if x0 <= inflight <= x1:
                 return Throughput(y0 + (y1 - y0) * (inflight - x0) / (x1 - x0), inflight)
         return Throughput(curve[0][1], inflight)  # one rung, read exactly at its bytes in flight
