@@ -36,6 +36,7 @@ def _register() -> None:
         ci,
         compare,
         deploy,
+        estimate,
         gate,
         lease,
         model,
@@ -48,7 +49,8 @@ def _register() -> None:
         targets,
     )
 
-    for module in (run, plan, targets, probe, report, parse, deploy, model, lease, compare, gate, ci, bisect):
+    for module in (run, plan, targets, probe, report, parse, deploy, model, lease, compare, gate, ci, bisect,
+                   estimate):
         module.register(app)
     results.register(results_app)
 

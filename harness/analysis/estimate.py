@@ -218,3 +218,15 @@ def trace_hits(trace: Trace, budget_bytes: int, model: ModelBytes, what: str) ->
     warm = lru_hits(trace, budget_bytes, per_layer, warmup_tokens=trace.tokens // 2).byte_hit_rate
     return HitModel(Span.of(cold, warm), f"an LRU of {budget_bytes / MB:.0f} MB on {what}, {trace.tokens} tokens: "
                                          "cold start to steady state")
+
+
+def range_error(estimated: Span, measured: float) -> float:
+    """How far a measured value is outside an estimated range, relative to it: 0 inside, (nearest end /
+    measured - 1) outside (positive: the estimate is too high)."""
+    if measured <= 0:
+        return float("nan")
+    if measured < estimated.low:
+        return estimated.low / measured - 1.0
+    if measured > estimated.high:
+        return estimated.high / measured - 1.0
+    return 0.0
