@@ -99,6 +99,7 @@ class Strategy:
     own_cache: HitModel | None = None  # None: the page cache (the shared hit model)
     direct: bool = False  # O_DIRECT: the alignment overhead per slice read
     predict_p: float | None = None  # prefetch: the predictor's accuracy
+    readahead_bytes: int | None = None  # page-cache readahead around each fault (mmap): reads max(slice, window)
 
 
 @dataclass(frozen=True)
@@ -130,16 +131,18 @@ def strategies(model: ModelBytes, knobs: StrategyKnobs) -> list[Strategy]:
     cap = model.slice_bytes  # no request is larger than the slice it reads
     bs = Span.of(min(knobs.bs_bytes, cap))
     fault_kib = Span(knobs.mmap_io.low / KIB, knobs.mmap_io.high / KIB).text("{:.0f}")
+    seed = (knobs.mmap_inflight, knobs.mmap_io) == (Span(*SEED_MMAP_INFLIGHT), Span(*SEED_MMAP_IO))
+    why = ("what the seed measured on the Orin's llama.cpp decode; another board or kernel may differ: "
+           "--mmap-inflight, --mmap-io" if seed else "as given: --mmap-inflight, --mmap-io")
     mmap = Strategy("mmap", knobs.mmap_inflight, knobs.mmap_io,
-                    f"page faults of {fault_kib} KiB at {knobs.mmap_inflight.text()} in "
-                    "flight (what the seed measured on the Orin's llama.cpp decode; another board or kernel may "
-                    "differ: --mmap-inflight, --mmap-io)")
+                    f"page faults of {fault_kib} KiB at {knobs.mmap_inflight.text()} in flight ({why})",
+                    readahead_bytes=knobs.readahead_bytes)
     wide = min(model.n_used * model.tensors_per_expert, 64)
     willneed = Strategy("mmap-willneed", Span(knobs.mmap_inflight.low, max(knobs.mmap_inflight.low, wide)),
                         Span.of(knobs.mmap_io.low, min(knobs.readahead_bytes, cap)),
                         f"at worst as mmap (the seed measured no change), at best one readahead window "
                         f"({knobs.readahead_bytes // KIB} KiB) per chosen expert tensor of a layer in flight "
-                        f"({wide})")
+                        f"({wide})", readahead_bytes=knobs.readahead_bytes)
     pread = Strategy("pread", Span.of(knobs.threads), bs,
                      f"{knobs.threads} threads, each one request of {int(bs.low) // KIB} KiB in flight")
     uring = Strategy("io_uring", Span.of(knobs.qd), bs, f"queue depth {knobs.qd} of {int(bs.low) // KIB} KiB")
@@ -167,12 +170,15 @@ def estimate(model: ModelBytes, ladder: Ladder, strategy: Strategy, page_cache: 
              f"Expert bytes per token: {model.expert_bytes_per_token / MB:.0f} MB ({model.source}); dense "
              "weights are resident (only routed experts stream).",
              f"Served from memory: {hits.share.text('{:.0%}')} of them ({hits.source}).",
-             f"Throughput: the fio ladder {ladder.describe()}, read at {slow.inflight_bytes / KIB:.0f}-"
-             f"{fast.inflight_bytes / KIB:.0f} KiB in flight (linear between rungs in bytes in flight)."]
-    notes += [f"Clamped: {note}." for note in (clamp_note(slow), clamp_note(fast)) if note]
+             f"Throughput: the fio ladder {ladder.describe()}, read at "
+             f"{Span(slow.inflight_bytes / KIB, fast.inflight_bytes / KIB).text('{:.0f}')} KiB in flight (linear "
+             "between rungs in bytes in flight)."]
+    notes += [f"Clamped: {note}." for note in dict.fromkeys((clamp_note(slow), clamp_note(fast))) if note]
     notes.append(_compute_note(strategy, compute_s_per_token))
     if strategy.direct:
         notes.append(f"O_DIRECT alignment: {DIRECT_ALIGN} bytes more per expert slice read from the device.")
+    if strategy.readahead_bytes is not None:
+        notes.append(_readahead_note(model, strategy.readahead_bytes))
     return StrategyEstimate(strategy.name, Span.of(worst, best), Span.of(slow.mb_s, fast.mb_s), Span.of(low, high),
                             slow.clamped is not None or fast.clamped is not None, tuple(notes))
 
@@ -186,7 +192,23 @@ def estimate_all(model: ModelBytes, ladder: Ladder, page_cache: HitModel, knobs:
 def _device_bytes(model: ModelBytes, strategy: Strategy, hit_share: float) -> float:
     miss = 1.0 - hit_share
     extra = DIRECT_ALIGN * model.slices_per_token * miss if strategy.direct else 0.0
-    return model.expert_bytes_per_token * miss + extra
+    return model.expert_bytes_per_token * miss * _amplification(model, strategy.readahead_bytes) + extra
+
+
+def _amplification(model: ModelBytes, readahead_bytes: int | None) -> float:
+    """A fault on a mapped file reads the readahead window around it (mm/filemap.c, do_sync_mmap_readahead:
+    ra_pages centred on the fault), so a slice smaller than the window costs the window."""
+    if readahead_bytes is None:
+        return 1.0
+    return max(1.0, readahead_bytes / model.slice_bytes)
+
+
+def _readahead_note(model: ModelBytes, readahead_bytes: int) -> str:
+    amp = _amplification(model, readahead_bytes)
+    what = (f"each {model.slice_bytes / KIB:.0f} KiB expert slice costs the window: device bytes x {amp:.2f}"
+            if amp > 1 else f"no larger than an expert slice ({model.slice_bytes / KIB:.0f} KiB): no over-read")
+    return (f"Readahead window {readahead_bytes // KIB} KiB around each fault (--readahead: the target's "
+            f"read_ahead_kb): {what}; the neighbours it reads are counted as waste.")
 
 
 def _tok_s(device_bytes: float, rate: Throughput, compute_s: float, predict_p: float | None) -> float:

@@ -47,13 +47,21 @@ FormatOpt = typer.Option("table", "--format", help="table or json")
 
 @dataclass
 class Compared:
+    """One measured cell beside the strategy's estimate: errors are 0 inside the estimated range, else nearest
+    end / measured - 1 (positive: the estimate is too high); None for a warm start (the model resident before
+    decode, which the estimate does not model)."""
+
     strategy: str
-    step: str
+    variant: str
     cache: str
     measured_tok_s: float
     requests: int
     matched_by: str
-    error: float  # 0 inside the estimated range, else nearest end / measured - 1
+    error: float | None
+    dev_bytes_per_token: float | None
+    dev_bytes_error: float | None
+    inflight: float | None
+    io_bytes: float | None
 
 
 @dataclass
@@ -71,7 +79,9 @@ def estimate(model: Path = typer.Argument(..., help="a GGUF file (only its heade
              threads: int = typer.Option(4, "--threads", min=1, help="pread, direct-cache, prefetch threads"),
              bs: str = typer.Option("128k", "--bs", help="pread, io_uring, direct-cache, prefetch block size"),
              qd: int = typer.Option(4, "--qd", min=1, help="io_uring queue depth"),
-             readahead: str = typer.Option("128k", "--readahead", help="mmap-willneed's readahead window"),
+             readahead: str = typer.Option("128k", "--readahead",
+                                           help="the target's read_ahead_kb: the window a fault reads (mmap) and "
+                                                "mmap-willneed's request; measured cells of another are left out"),
              predict_p: float = typer.Option(1.0, "--predict-p", min=0.0, max=1.0, help="prefetch accuracy"),
              compute_ms: float = ComputeOpt, mmap_inflight: str = InflightOpt, mmap_io: str = FaultOpt,
              targets_dir: Path = TargetsDirOpt, fmt: str = FormatOpt) -> None:
@@ -94,13 +104,21 @@ def estimate(model: Path = typer.Argument(..., help="a GGUF file (only its heade
                                           None if compute_ms is None else compute_ms / 1e3)]
     measured = estimating.measured_decode(one, target, model) if one is not None else []
     for row in rows:
-        row.measured = [Compared(m.strategy, m.step, m.cache, m.decode_tps_median, m.requests, m.matched_by,
-                                 range_error(row.estimate.tok_s, m.decode_tps_median))
-                        for m in measured if m.strategy == row.estimate.strategy]
+        row.measured = [_compared(row.estimate, m) for m in measured if m.strategy == row.estimate.strategy
+                        and (m.read_ahead_kb is None or m.read_ahead_kb * 1024 == knobs.readahead_bytes)]
     if fmt == "json":
         typer.echo(json.dumps(_as_json(model, target, shape, ladder, page_cache, rows), indent=1, default=_finite))
         return
     _print(model, target, shape, page_cache, rows, one is not None)
+
+
+def _compared(e: StrategyEstimate, m: estimating.Measured) -> Compared:
+    cold = m.cache != "warm"
+    tok_error = range_error(e.tok_s, m.decode_tps) if cold else None
+    dev_error = (range_error(e.device_bytes_per_token, m.dev_bytes_per_token)
+                 if cold and m.dev_bytes_per_token else None)
+    return Compared(m.strategy, m.variant, m.cache, m.decode_tps, m.requests, m.matched_by, tok_error,
+                    m.dev_bytes_per_token, dev_error, m.inflight, m.io_bytes)
 
 
 def _check_target(name: str, targets_dir: Path | None) -> None:
@@ -186,15 +204,30 @@ def _print(model: Path, target: str, shape: ModelBytes, hits: HitModel, rows: li
         table.add_row("device MB per token", device.text("{:.1f}"), "", "")
         table.add_row("throughput MB/s", e.throughput_mb_s.text("{:.0f}"), "", "")
         table.add_row("decode ceiling tok/s", e.tok_s.text(), "", "")
-        for m in row.measured:
-            table.add_row(f"  {m.step} {m.cache} ({m.requests} requests)", "", f"{m.measured_tok_s:.2f}",
-                          "in range" if m.error == 0 else f"{m.error:+.0%}")
+        for m in (m for m in row.measured if m.cache != "warm"):
+            table.add_row(f"{m.variant} ({m.requests} req.): tok/s", "", f"{m.measured_tok_s:.2f}",
+                          _error(m.error))
+            if m.dev_bytes_per_token is not None:
+                pattern = (f" ({m.inflight:.1f} in flight, {m.io_bytes / 1024:.0f} KiB)"
+                           if m.inflight and m.io_bytes else "")
+                table.add_row(f"  device MB per token{pattern}", "", f"{m.dev_bytes_per_token / MB:.1f}",
+                              _error(m.dev_bytes_error))
         console.print(table)
         for sentence in e.assumptions:
             console.print(f"  - {sentence}", highlight=False, markup=False)
+    warm = sum(m.cache == "warm" for r in rows for m in r.measured)
+    if warm:
+        console.print(f"{warm} warm measured cells left out of the tables (the model resident before decode: not "
+                      "what the estimate models; in --format json)", highlight=False)
     if with_set and not any(r.measured for r in rows):
         console.print("no measured decode of this model on this target in the set (matched by the manifest's "
                       "file record: quick hash, or the same GGUF layout and size)", highlight=False)
+
+
+def _error(value: float | None) -> str:
+    if value is None:
+        return ""
+    return "in range" if value == 0 else f"{value:+.0%}"
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.analysis.estimate import HitModel, ModelBytes, Span, trace_hits
 from harness.analysis.ladder import MB, Ladder, LadderPoint
@@ -29,15 +29,19 @@ _RUNG = re.compile(r"^\s*([0-9.]+[kKmMgG]?)(?:i?[bB])?:([0-9.]+)\s*=\s*([0-9.]+)
 
 @dataclass(frozen=True)
 class Measured:
-    """The measured decode of one strategy's runs of this model on this target, in the set."""
+    """The measured decode of one cell's runs of this model on this target, in the set (medians per request)."""
 
     strategy: str
-    step: str
+    variant: str  # the cell's label (step or engine, matrix values, cache)
     cache: str
-    decode_tps_median: float
+    decode_tps: float
     requests: int
     runs: int
     matched_by: str
+    dev_bytes_per_token: float | None = None  # decode's device bytes per token (block stats)
+    inflight: float | None = None  # decode's average requests in flight
+    io_bytes: float | None = None  # decode's average read request
+    read_ahead_kb: int | None = None  # the runs' read_ahead_kb where the matrix set it
 
 
 def model_bytes(info: ModelInfo) -> ModelBytes:
@@ -162,29 +166,42 @@ def model_record(one: ResultSet, target: str, model: Path) -> tuple[str, str] | 
 
 
 def measured_decode(one: ResultSet, target: str, model: Path) -> list[Measured]:
-    """Median decode tok/s per (strategy, step, cache) of the usable decode runs of this model on ``target``."""
+    """Per cell (variant) of the usable decode runs of this model on ``target``: median decode tok/s and, where
+    the block stats were taken, device bytes per token, requests in flight and request size."""
+    from harness.results.variants import variants
+
     matched = model_record(one, target, model)
     requests = _usable_rows(one, "requests", target)
     if matched is None or requests.empty or "decode_tps" not in requests:
         return []
     runs = one.table("runs")
     runs = runs[runs["run_id"].isin(set(requests["run_id"])) & runs["step"].isin(DECODE_STEPS)]
-    # the run's step and cache condition are the runs table's (a requests row may carry its own copy)
-    rows = requests.drop(columns=[c for c in ("step", "cache") if c in requests]).merge(
-        runs[[c for c in ("run_id", "step", "cache", "strategy") if c in runs]], on="run_id", suffixes=("", "_run"))
+    runs = runs.assign(variant=variants(runs, list(one.manifest.get("matrix") or {})))
+    # the run's step, cache condition and cell are the runs table's (a requests row may carry its own copy)
+    keep = [c for c in ("run_id", "step", "cache", "variant", "strategy", "read_ahead_kb") if c in runs]
+    rows = requests.drop(columns=[c for c in keep if c in requests and c != "run_id"]).merge(runs[keep], on="run_id")
     out: list[Measured] = []
-    for (step, cache), group in rows.groupby(["step", "cache"], sort=True):
-        for strategy, part in group.groupby(_strategies(group, str(step)), sort=True):
-            tps = part["decode_tps"].dropna()
-            if strategy and not tps.empty:
-                out.append(Measured(str(strategy), str(step), str(cache), float(tps.median()), len(tps),
-                                    part["run_id"].nunique(), matched[1]))
+    for (variant, step, cache), group in rows.groupby(["variant", "step", "cache"], sort=True):
+        strategy = _strategy(group, str(step))
+        tps = group["decode_tps"].dropna()
+        if strategy and not tps.empty:
+            readahead = _median(group, "read_ahead_kb")
+            out.append(Measured(strategy, str(variant), str(cache), float(tps.median()), len(tps),
+                                group["run_id"].nunique(), matched[1],
+                                _median(group, "decode_dev_read_bytes_per_token"),
+                                _median(group, "decode_dev_avg_inflight"),
+                                _median(group, "decode_dev_avg_read_io_bytes"),
+                                None if readahead is None else int(readahead)))
     return out
 
 
-def _strategies(rows: pd.DataFrame, step: str) -> Any:
-    """Which strategy each row measured: the replay's own column, else the engine's way of reading."""
-    for column in ("strategy", "strategy_run"):
-        if column in rows:
-            return rows[column].fillna("").astype(str)
-    return rows["run_id"].map(lambda _: ENGINE_STRATEGY.get(step, ""))
+def _median(rows: pd.DataFrame, column: str) -> float | None:
+    values = rows[column].dropna() if column in rows else None
+    return None if values is None or values.empty else float(values.median())
+
+
+def _strategy(rows: pd.DataFrame, step: str) -> str:
+    """Which strategy a cell measured: the replay's own column, else the engine's way of reading."""
+    if "strategy" in rows and rows["strategy"].notna().any():
+        return str(rows["strategy"].dropna().iloc[0])
+    return ENGINE_STRATEGY.get(step, "")
