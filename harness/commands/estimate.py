@@ -62,6 +62,7 @@ class Compared:
     dev_bytes_error: float | None
     inflight: float | None
     io_bytes: float | None
+    read_ahead_kb: int | None
 
 
 @dataclass
@@ -118,7 +119,7 @@ def _compared(e: StrategyEstimate, m: estimating.Measured) -> Compared:
     dev_error = (range_error(e.device_bytes_per_token, m.dev_bytes_per_token)
                  if cold and m.dev_bytes_per_token else None)
     return Compared(m.strategy, m.variant, m.cache, m.decode_tps, m.requests, m.matched_by, tok_error,
-                    m.dev_bytes_per_token, dev_error, m.inflight, m.io_bytes)
+                    m.dev_bytes_per_token, dev_error, m.inflight, m.io_bytes, m.read_ahead_kb)
 
 
 def _check_target(name: str, targets_dir: Path | None) -> None:
