@@ -4,6 +4,7 @@ matches, JSON output, and bad input as one line, exit 2."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from harness.campaign.files import describe_model_file
 from harness.models.synth import synth_moe
-from tests.helpers import REPO, cli_in_process, one_line_exit_2
+from tests.helpers import REPO, cli_in_process, one_line_exit_2, private_targets_dir, run_cli, synced_synth_moe
 
 QUICKSTART = REPO / "tests" / "data" / "harness" / "quickstart-4950e0"
 STRATEGIES = ["mmap", "mmap-willneed", "pread", "io_uring", "direct-cache", "prefetch"]
@@ -109,7 +110,6 @@ def test_a_given_ladder_and_hit_share(model: Path) -> None:
     (["--set", "/nonexistent/set"], "no result set"),
     (["--target", "no-such-board"], "no target 'no-such-board'"),
     (["--ladder", "64k=200"], "--ladder: rung 1"),
-    ([], "give the target's fio ladder"),
     (["--ladder", "64k:1=200", "--routing", "zipf"], "--budget"),
     (["--ladder", "64k:1=200", "--hits", "1.5"], "--hits"),
     (["--ladder", "64k:1=200", "--routing", "pareto", "--budget", "1M"], "--routing"),
@@ -134,3 +134,23 @@ def _targets_with(tmp_path: Path, name: str) -> Path:
     where.mkdir(exist_ok=True)
     (where / f"{name}.yaml").write_text("platform: linux\ntransport: local\n")
     return where
+
+
+@pytest.mark.slow
+def test_without_a_set_the_ladder_is_measured_on_the_model_file_first(tmp_path: Path) -> None:
+    targets = str(private_targets_dir())
+    with synced_synth_moe("estimate-ladder", size_bytes=48 << 20, experts=8, used=2) as info:
+        before = hashlib.sha256(Path(info.path).read_bytes()).hexdigest()
+        done = run_cli("estimate", str(info.path), "--target", "local", "--results", str(tmp_path / "results"),
+                       "--targets-dir", targets, "--ladder-runtime", "1", "--format", "json")
+        assert done.returncode == 0, done.stderr[-2000:]
+        out = json.loads(done.stdout)  # the campaign's progress went to stderr
+        [one] = (tmp_path / "results").iterdir()
+        # the set it left is the --set of the next estimate: the same ladder, and the model is its file
+        again = estimate_json(str(info.path), "--target", "local", "--set", str(one), "--targets-dir", targets)
+        assert hashlib.sha256(Path(info.path).read_bytes()).hexdigest() == before  # fio never writes to a model file
+    assert one.name in out["ladder"]["source"] and "ladder measured" in done.stderr
+    fio = pd.read_parquet(one / "tables" / "fio.parquet")
+    assert sorted(p["label"] for p in out["ladder"]["points"]) == sorted(fio["job_name"])
+    assert json.loads((one / "manifest.json").read_text())["files"]["local"]["model"]["path"] == str(info.path)
+    assert again["ladder"] == out["ladder"]

@@ -43,6 +43,10 @@ ComputeOpt = typer.Option(None, "--compute-ms", min=0.0, help="compute per token
 InflightOpt = typer.Option("1.0:1.7", "--mmap-inflight", help="mmap's requests in flight (the seed's Orin)")
 FaultOpt = typer.Option("70k:84k", "--mmap-io", help="mmap's read request size (the seed's Orin)")
 FormatOpt = typer.Option("table", "--format", help="table or json")
+RuntimeOpt = typer.Option(3.0, "--ladder-runtime", min=0.5, metavar="SECONDS",
+                          help="without --set or --ladder: seconds per fio job of the ladder run first")
+OnTargetOpt = typer.Option(None, "--model-path", metavar="PATH",
+                           help="without --set or --ladder: the model's path on the target (default: MODEL's)")
 
 
 @dataclass
@@ -85,17 +89,19 @@ def estimate(model: Path = typer.Argument(..., help="a GGUF file (only its heade
                                                 "mmap-willneed's request; measured cells of another are left out"),
              predict_p: float = typer.Option(1.0, "--predict-p", min=0.0, max=1.0, help="prefetch accuracy"),
              compute_ms: float = ComputeOpt, mmap_inflight: str = InflightOpt, mmap_io: str = FaultOpt,
-             targets_dir: Path = TargetsDirOpt, fmt: str = FormatOpt) -> None:
+             targets_dir: Path = TargetsDirOpt, fmt: str = FormatOpt, ladder_runtime: float = RuntimeOpt,
+             model_path: str = OnTargetOpt) -> None:
     """Estimate decode tok/s per read strategy (device bytes per token / throughput at the depth it reaches).
-    Give the ladder with --set (a set with the target's fio ladder, e.g. of experiments/storage-baseline.yaml,
-    ~a minute to run) or --ladder."""
+    The ladder comes from --set (a set with the target's fio ladder) or --ladder; without either, fio's ladder
+    is measured on the model file on the target first (a campaign, ~a minute; its set stays in --results)."""
     if fmt not in ("table", "json"):
         raise UsageError(f"--format: expected table or json, got {fmt!r}")
     _check_target(target, targets_dir)
     info = _inspect(model)
     shape = estimating.model_bytes(info)
     one = _load_set(set_name, results) if set_name is not None else None
-    ladder = _ladder(one, target, ladder_text)
+    ladder = (_ladder(one, target, ladder_text) if one is not None or ladder_text is not None else
+              _measure_ladder(target, model_path or str(model.resolve()), results, targets_dir, ladder_runtime))
     page_cache = _hit_model(shape, trace, routing, budget, hits, tokens, seed)
     knobs = StrategyKnobs(threads=threads, bs_bytes=_size(bs, "bs"), qd=qd,
                           readahead_bytes=_size(readahead, "readahead"),
@@ -147,10 +153,14 @@ def _load_set(name: str, results: Path) -> Any:
 def _ladder(one: Any, target: str, text: str | None) -> Ladder:
     if text is not None:
         return estimating.parse_ladder(text)
-    if one is not None:
-        return estimating.set_ladder(one, target)
-    raise UsageError("give the target's fio ladder: --set SET (a set with its fio ladder, e.g. `harness run "
-                     "experiments/storage-baseline.yaml --target T`, ~a minute) or --ladder 64k:1=200,...")
+    return estimating.set_ladder(one, target)
+
+
+def _measure_ladder(target: str, model_path: str, results: Path, targets_dir: Path | None,
+                    runtime_s: float) -> Ladder:
+    from harness.commands.estimate_ladder import run_ladder
+
+    return run_ladder(target, model_path, results, targets_dir, runtime_s)
 
 
 def _hit_model(shape: ModelBytes, trace: Path | None, routing: str | None, budget: str | None, hits: str | None,

@@ -74,13 +74,9 @@ def parse_ladder(text: str) -> Ladder:
 def set_ladder(one: ResultSet, target: str) -> Ladder:
     """The target's fio read jobs in the set: per job, the median read MB/s of its usable runs (O_DIRECT jobs
     only when there are any: a buffered job on a warm file measures the page cache)."""
-    fio = _usable_rows(one, "fio", target)
-    if not fio.empty:
-        fio = fio[fio["rw"].isin(["read", "randread"]) & (fio["read_bw_bytes_per_s"].fillna(0) > 0)]
-        if "error" in fio:
-            fio = fio[fio["error"].fillna(0) == 0]
-        if "direct" in fio and (fio["direct"] == 1).any():
-            fio = fio[fio["direct"] == 1]
+    fio, source = _fio_reads(_usable_rows(one, "fio", target)), f"fio in {one.set_id} on {target}"
+    if fio.empty:  # every run perturbed (a busy machine): better a marked ladder than none
+        fio, source = _fio_reads(_usable_rows(one, "fio", target, True)), source + ", perturbed runs included"
     if fio.empty:
         having = sorted(set(one.table("fio").get("target", [])))
         raise UsageError(f"{one.path}: no fio read rows of target {target!r} (targets with a ladder: "
@@ -89,14 +85,25 @@ def set_ladder(one: ResultSet, target: str) -> Ladder:
     points = []
     for (name, bs, qd), rows in fio.groupby(["job_name", "bs_bytes", "qd"], sort=False):
         points.append(LadderPoint(int(bs), float(qd), float(rows["read_bw_bytes_per_s"].median()) / MB, str(name)))
-    return Ladder(tuple(points), f"fio in {one.set_id} on {target}")
+    return Ladder(tuple(points), source)
 
 
-def _usable_rows(one: ResultSet, table: str, target: str) -> pd.DataFrame:
+def _fio_reads(fio: pd.DataFrame) -> pd.DataFrame:
+    if fio.empty:
+        return fio
+    fio = fio[fio["rw"].isin(["read", "randread"]) & (fio["read_bw_bytes_per_s"].fillna(0) > 0)]
+    if "error" in fio:
+        fio = fio[fio["error"].fillna(0) == 0]
+    if "direct" in fio and (fio["direct"] == 1).any():
+        fio = fio[fio["direct"] == 1]
+    return fio
+
+
+def _usable_rows(one: ResultSet, table: str, target: str, include_perturbed: bool = False) -> pd.DataFrame:
     rows = one.table(table)
     if rows.empty or "target" not in rows:
         return rows
-    runs = usable_runs(one.table("runs"))
+    runs = usable_runs(one.table("runs"), include_perturbed)
     if runs.empty:
         return rows.iloc[0:0]
     keep = set(runs.loc[runs["target"] == target, "run_id"])
