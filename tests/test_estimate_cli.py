@@ -106,6 +106,31 @@ def test_a_given_ladder_and_hit_share(model: Path) -> None:
     assert any(a.startswith("Clamped:") for a in pread["assumptions"])
 
 
+def test_a_recorded_trace_and_budget_give_the_hit_share(model: Path, tmp_path: Path) -> None:
+    from harness.traces.lru import lru_hits
+    from harness.traces.model import write_trace
+    from harness.traces.synth import synth_trace
+
+    trace = synth_trace(2, 8, 2, 40, s=1.5, seed=3)
+    path = tmp_path / "routes.trace"
+    write_trace(trace, path)
+    out = estimate_json(str(model), "--target", "local", "--ladder", "64k:1=100", "--trace", str(path),
+                        "--budget", "384K")
+    one_expert = 393216 // (2 * 2)  # the tiny model: 2 layers, 2 of 8 experts used, 384 KiB of experts a token
+    sizes = {0: one_expert, 1: one_expert}
+    cold = lru_hits(trace, 384 * 1024, sizes).byte_hit_rate
+    steady = lru_hits(trace, 384 * 1024, sizes, warmup_tokens=20).byte_hit_rate  # after half the trace
+    assert out["hits"]["share"] == pytest.approx({"low": min(cold, steady), "high": max(cold, steady)})
+    assert 0 < out["hits"]["share"]["high"] < 1 and "routes.trace" in out["hits"]["source"]
+    everything = estimate_json(str(model), "--target", "local", "--ladder", "64k:1=100", "--hits", "1")
+    assert everything["strategies"][2]["tok_s"]["high"] is None  # nothing to read: no finite I/O ceiling
+    wrong = synth_trace(3, 8, 2, 4)
+    write_trace(wrong, path)
+    line = one_line_exit_2(cli_in_process("estimate", str(model), "--target", "local", "--ladder", "64k:1=100",
+                                          "--trace", str(path), "--budget", "384K"))
+    assert "routes.trace" in line
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["--set", "/nonexistent/set"], "no result set"),
     (["--target", "no-such-board"], "no target 'no-such-board'"),

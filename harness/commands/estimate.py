@@ -114,7 +114,7 @@ def estimate(model: Path = typer.Argument(..., help="a GGUF file (only its heade
         row.measured = [_compared(row.estimate, m) for m in measured if m.strategy == row.estimate.strategy
                         and (m.read_ahead_kb is None or m.read_ahead_kb * 1024 == knobs.readahead_bytes)]
     if fmt == "json":
-        typer.echo(json.dumps(_as_json(model, target, shape, ladder, page_cache, rows), indent=1, default=_finite))
+        typer.echo(json.dumps(_finite(_as_json(model, target, shape, ladder, page_cache, rows)), indent=1))
         return
     _print(model, target, shape, page_cache, rows, one is not None)
 
@@ -192,6 +192,11 @@ def _size(text: str, option: str) -> int:
 
 
 def _finite(value: Any) -> Any:
+    """JSON has no infinity (a ceiling with nothing to read and no compute): null."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
