@@ -122,3 +122,22 @@ def test_trace_hits_range_from_cold_start_to_steady_state_and_grow_with_the_budg
     assert big.share.low > small.share.low
     everything = trace_hits(trace, 10**9, model, "zipf")
     assert everything.share.high == 1.0  # every expert fits: steady state never misses
+
+
+def test_readahead_windows_larger_than_a_slice_cost_bytes_and_cache_room() -> None:
+    # 4 layers, 8 experts (2 used), one expert 3 x 64 KiB: 64 KiB slices under a 256 KiB readahead window
+    model = ModelBytes(4 * 2 * 3 * 65536, 4, 8, 2, expert_bytes_per_layer=(3 * 65536,) * 4)
+    trace = synth_trace(4, 8, 2, 64, s=1.0, seed=2)
+    hits = trace_hits(trace, 12 * 3 * 65536, model, "zipf")  # room for 12 of the 32 experts
+    ladder = Ladder((LadderPoint(64 * KIB, 1, 200), LadderPoint(64 * KIB, 8, 1000)), "test")
+    results = estimate_all(model, ladder, hits, StrategyKnobs(readahead_bytes=256 * KIB))
+    mmap, pread = by_name(results, "mmap"), by_name(results, "pread")
+    miss = 1 - hits.share.low
+    assert pread.device_bytes_per_token.high == pytest.approx(model.expert_bytes_per_token * miss)
+    # a fault reads the whole window (x4), and the windows leave room for a quarter of the experts: fewer hits
+    assert mmap.device_bytes_per_token.high > 4 * pread.device_bytes_per_token.high
+    assert any("1/4.00 of the budget holds experts" in a for a in mmap.assumptions)
+    assert any("device bytes x 4.00" in a for a in mmap.assumptions)
+    given = HitModel(hits.share, "given")  # a given share has no trace to compute again: kept, only the window
+    kept = by_name(estimate_all(model, ladder, given, StrategyKnobs(readahead_bytes=256 * KIB)), "mmap")
+    assert kept.device_bytes_per_token.high == pytest.approx(4 * pread.device_bytes_per_token.high)

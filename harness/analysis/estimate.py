@@ -77,11 +77,22 @@ class ModelBytes:
 
 
 @dataclass(frozen=True)
+class TraceCache:
+    """The LRU a hit share was computed with: kept so a strategy that fills the cache with more than the experts
+    (mmap's readahead windows) can compute it again for the experts that still fit."""
+
+    trace: Trace
+    budget_bytes: int
+    what: str
+
+
+@dataclass(frozen=True)
 class HitModel:
     """The share of expert bytes that does not come from the device, as a range, and where it came from."""
 
     share: Span
     source: str
+    cache: TraceCache | None = None
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.share.low and self.share.high <= 1.0):
@@ -158,7 +169,7 @@ def strategies(model: ModelBytes, knobs: StrategyKnobs) -> list[Strategy]:
 def estimate(model: ModelBytes, ladder: Ladder, strategy: Strategy, page_cache: HitModel,
              compute_s_per_token: float | None = None) -> StrategyEstimate:
     """One strategy's decode ceiling as a range, with the sentences it rests on."""
-    hits = strategy.own_cache or page_cache
+    hits = strategy.own_cache or _polluted(model, page_cache, strategy.readahead_bytes)
     worst = _device_bytes(model, strategy, hits.share.low)
     best = _device_bytes(model, strategy, hits.share.high)
     slow = ladder.throughput(strategy.request_bytes.low, strategy.inflight.low)
@@ -239,7 +250,20 @@ def trace_hits(trace: Trace, budget_bytes: int, model: ModelBytes, what: str) ->
     cold = lru_hits(trace, budget_bytes, per_layer).byte_hit_rate
     warm = lru_hits(trace, budget_bytes, per_layer, warmup_tokens=trace.tokens // 2).byte_hit_rate
     return HitModel(Span.of(cold, warm), f"an LRU of {budget_bytes / MB:.0f} MB on {what}, {trace.tokens} tokens: "
-                                         "cold start to steady state")
+                                         "cold start to steady state", TraceCache(trace, budget_bytes, what))
+
+
+def _polluted(model: ModelBytes, page_cache: HitModel, readahead_bytes: int | None) -> HitModel:
+    """The page cache as a strategy whose faults read a window larger than a slice sees it: every cached slice
+    brings its window, so 1/amplification as many experts fit the budget (computed again on the trace; a given
+    share is kept as given)."""
+    amp = _amplification(model, readahead_bytes)
+    if amp <= 1 or page_cache.cache is None:
+        return page_cache
+    cache = page_cache.cache
+    fewer = trace_hits(cache.trace, int(cache.budget_bytes / amp), model, cache.what)
+    return HitModel(fewer.share, f"{page_cache.source}; each cached slice brings its readahead window, so only "
+                                 f"1/{amp:.2f} of the budget holds experts", cache)
 
 
 def range_error(estimated: Span, measured: float) -> float:

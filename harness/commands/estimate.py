@@ -35,7 +35,9 @@ SetOpt = typer.Option(None, "--set", metavar="SET",
 LadderOpt = typer.Option(None, "--ladder", metavar="BS:QD=MBPS,...",
                          help="the target's fio ladder by hand, e.g. 64k:1=200,64k:2=465,64k:4=778,128k:8=1618")
 TraceOpt = typer.Option(None, "--trace", help="a routing trace of this model (harness-trace v1) for the cache model")
-RoutingOpt = typer.Option(None, "--routing", help="uniform, zipf or zipf:S: a synthetic trace of the model's shape")
+RoutingOpt = typer.Option(None, "--routing",
+                          help="uniform, zipf:S or zipf (S=1.25, as the synthetic models): a synthetic trace of the "
+                               "model's shape")
 BudgetOpt = typer.Option(None, "--budget", metavar="SIZE", help="memory for cached experts (with --trace/--routing)")
 HitsOpt = typer.Option(None, "--hits", metavar="LOW:HIGH",
                        help="the share of expert bytes served from memory, given (instead of a trace)")
@@ -203,7 +205,7 @@ def _finite(value: Any) -> Any:
 def _as_json(model: Path, target: str, shape: ModelBytes, ladder: Ladder, hits: HitModel,
              rows: list[Row]) -> dict[str, Any]:
     return {"model": str(model), "target": target, "model_bytes": asdict(shape), "ladder": asdict(ladder),
-            "hits": asdict(hits),
+            "hits": {"share": asdict(hits.share), "source": hits.source},  # not the trace it was computed on
             "strategies": [{**asdict(r.estimate), "measured": [asdict(m) for m in r.measured]} for r in rows]}
 
 

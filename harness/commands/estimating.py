@@ -142,16 +142,18 @@ def routed_hits(model: ModelBytes, trace_path: Path | None, routing: str | None,
         trace = read_trace(trace_path)
         trace.check_fits(model.n_layer, model.n_expert, model.n_used, str(trace_path))
         return trace_hits(trace, budget, model, f"the trace {trace_path.name}")
+    from harness.models.errors import ModelError
+    from harness.models.routing import parse_routing
+
     assert routing is not None
-    kind, _, skew = routing.partition(":")
-    if kind not in ("uniform", "zipf") or (kind == "uniform" and skew):
-        raise UsageError(f"--routing: expected uniform, zipf or zipf:S, got {routing!r}")
     try:
-        s = 0.0 if kind == "uniform" else float(skew or 1.0)
-    except ValueError:
-        raise UsageError(f"--routing: zipf:S needs a number S, got {routing!r}") from None
-    trace = synth_trace(model.n_layer, model.n_expert, model.n_used, tokens, s=s, seed=seed)
-    return trace_hits(trace, budget, model, f"a synthetic {routing} trace (seed {seed})")
+        shape = parse_routing(routing)  # the synthetic models' spelling: zipf alone is DEFAULT_ZIPF_S
+    except ModelError:
+        shape = None
+    if shape is None or shape.kind == "narrow":
+        raise UsageError(f"--routing: expected uniform, zipf or zipf:S (e.g. zipf:1.1), got {routing!r}")
+    trace = synth_trace(model.n_layer, model.n_expert, model.n_used, tokens, s=shape.s, seed=seed)
+    return trace_hits(trace, budget, model, f"a synthetic {shape} trace (seed {seed})")
 
 
 def model_record(one: ResultSet, target: str, model: Path) -> tuple[str, str] | None:
