@@ -20,6 +20,7 @@ pread pattern with the next layer's reads overlapping compute (Edge0's prerouter
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from harness.analysis.ladder import MB, Ladder, Throughput, clamp_note
@@ -50,7 +51,7 @@ class Span:
         return cls(min(a, b), max(a, b))
 
     def text(self, fmt: str = "{:.2f}") -> str:
-        low, high = fmt.format(self.low), fmt.format(self.high)
+        low, high = (fmt.format(v) if math.isfinite(v) else "unbounded" for v in (self.low, self.high))
         return low if low == high else f"{low}-{high}"
 
 
@@ -216,10 +217,11 @@ def _amplification(model: ModelBytes, readahead_bytes: int | None) -> float:
 
 def _readahead_note(model: ModelBytes, readahead_bytes: int) -> str:
     amp = _amplification(model, readahead_bytes)
-    what = (f"each {model.slice_bytes / KIB:.0f} KiB expert slice costs the window: device bytes x {amp:.2f}"
-            if amp > 1 else f"no larger than an expert slice ({model.slice_bytes / KIB:.0f} KiB): no over-read")
+    what = (f"each {model.slice_bytes / KIB:.0f} KiB expert slice costs the window: device bytes x {amp:.2f} (the "
+            "neighbours it reads counted as waste)" if amp > 1 else
+            f"no larger than an expert slice ({model.slice_bytes / KIB:.0f} KiB): no over-read")
     return (f"Readahead window {readahead_bytes // KIB} KiB around each fault (--readahead: the target's "
-            f"read_ahead_kb): {what}; the neighbours it reads are counted as waste.")
+            f"read_ahead_kb): {what}.")
 
 
 def _tok_s(device_bytes: float, rate: Throughput, compute_s: float, predict_p: float | None) -> float:
