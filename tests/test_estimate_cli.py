@@ -85,6 +85,22 @@ def test_measured_decode_of_the_same_model_sits_beside_the_estimate(model: Path,
     assert all(m["error"] is None for m in mmap["measured"] if m["cache"] == "warm")
 
 
+def test_a_replay_run_is_compared_with_the_strategy_it_replayed(model: Path, matching_set: Path) -> None:
+    tables = matching_set / "tables"
+    runs, requests = pd.read_parquet(tables / "runs.parquet"), pd.read_parquet(tables / "requests.parquet")
+    replayed = (runs["read_ahead_kb"] == 8192) & (runs["threads"] == 2)  # as if these cells were replay pread runs
+    runs.loc[replayed, "step"] = "replay"
+    runs.to_parquet(tables / "runs.parquet")
+    requests["replay_strategy"] = requests["run_id"].map(lambda r: "pread" if r in set(runs[replayed]["run_id"])
+                                                         else None)
+    requests.to_parquet(tables / "requests.parquet")
+    out = estimate_json(str(model), "--target", "local", "--set", str(matching_set), "--readahead", "8M")
+    measured = {s["strategy"]: {m["variant"] for m in s["measured"]} for s in out["strategies"]}
+    assert measured["pread"] == {"read_ahead_kb=8192 threads=2 cold", "read_ahead_kb=8192 threads=2 warm"}
+    assert measured["mmap"] == {"read_ahead_kb=8192 threads=1 cold", "read_ahead_kb=8192 threads=1 warm"}
+    assert measured["io_uring"] == set()
+
+
 def test_the_table_lists_every_assumption_under_each_strategy(model: Path, matching_set: Path) -> None:
     done = cli_in_process("estimate", str(model), "--target", "local", "--set", str(matching_set),
                           "--routing", "zipf:1.2", "--budget", "2M", "--readahead", "8M")

@@ -58,6 +58,7 @@ class Compared:
     decode, which the estimate does not model)."""
 
     strategy: str
+    step: str
     variant: str
     cache: str
     measured_tok_s: float
@@ -126,7 +127,7 @@ def _compared(e: StrategyEstimate, m: estimating.Measured) -> Compared:
     tok_error = range_error(e.tok_s, m.decode_tps) if cold else None
     dev_error = (range_error(e.device_bytes_per_token, m.dev_bytes_per_token)
                  if cold and m.dev_bytes_per_token else None)
-    return Compared(m.strategy, m.variant, m.cache, m.decode_tps, m.requests, m.matched_by, tok_error,
+    return Compared(m.strategy, m.step, m.variant, m.cache, m.decode_tps, m.requests, m.matched_by, tok_error,
                     m.dev_bytes_per_token, dev_error, m.inflight, m.io_bytes, m.read_ahead_kb)
 
 
@@ -223,7 +224,7 @@ def _print(model: Path, target: str, shape: ModelBytes, hits: HitModel, rows: li
         table.add_row("throughput MB/s", e.throughput_mb_s.text("{:.0f}"), "", "")
         table.add_row("decode ceiling tok/s", e.tok_s.text(), "", "")
         for m in (m for m in row.measured if m.cache != "warm"):
-            table.add_row(f"{m.variant} ({m.requests} req.): tok/s", "", f"{m.measured_tok_s:.2f}",
+            table.add_row(f"{m.step} {m.variant} ({m.requests} req.): tok/s", "", f"{m.measured_tok_s:.2f}",
                           _error(m.error))
             if m.dev_bytes_per_token is not None:
                 pattern = (f" ({m.inflight:.1f} in flight, {m.io_bytes / 1024:.0f} KiB)"

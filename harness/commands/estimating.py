@@ -32,7 +32,8 @@ class Measured:
     """The measured decode of one cell's runs of this model on this target, in the set (medians per request)."""
 
     strategy: str
-    variant: str  # the cell's label (step or engine, matrix values, cache)
+    step: str
+    variant: str  # the cell's label (matrix values, cache)
     cache: str
     decode_tps: float
     requests: int
@@ -195,7 +196,7 @@ def measured_decode(one: ResultSet, target: str, model: Path) -> list[Measured]:
         tps = group["decode_tps"].dropna()
         if strategy and not tps.empty:
             readahead = _median(group, "read_ahead_kb")
-            out.append(Measured(strategy, str(variant), str(cache), float(tps.median()), len(tps),
+            out.append(Measured(strategy, str(step), str(variant), str(cache), float(tps.median()), len(tps),
                                 group["run_id"].nunique(), matched[1],
                                 _median(group, "decode_dev_read_bytes_per_token"),
                                 _median(group, "decode_dev_avg_inflight"),
@@ -210,7 +211,9 @@ def _median(rows: pd.DataFrame, column: str) -> float | None:
 
 
 def _strategy(rows: pd.DataFrame, step: str) -> str:
-    """Which strategy a cell measured: the replay's own column, else the engine's way of reading."""
-    if "strategy" in rows and rows["strategy"].notna().any():
-        return str(rows["strategy"].dropna().iloc[0])
+    """Which strategy a cell measured: the replay's own column (its summary's ``replay_strategy``, or a matrix
+    value ``strategy``), else the engine's way of reading."""
+    for column in ("replay_strategy", "strategy"):
+        if column in rows and rows[column].notna().any():
+            return str(rows[column].dropna().iloc[0])
     return ENGINE_STRATEGY.get(step, "")
