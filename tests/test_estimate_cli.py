@@ -195,3 +195,16 @@ def test_without_a_set_the_ladder_is_measured_on_the_model_file_first(tmp_path: 
     assert sorted(p["label"] for p in out["ladder"]["points"]) == sorted(fio["job_name"])
     assert json.loads((one / "manifest.json").read_text())["files"]["local"]["model"]["path"] == str(info.path)
     assert again["ladder"] == out["ladder"]
+
+
+def test_another_copy_of_the_same_layout_matches_and_another_model_does_not(model: Path, matching_set: Path,
+                                                                          tmp_path: Path) -> None:
+    reseeded = tmp_path / "reseeded.gguf"  # other weights, the same header: it streams the same bytes
+    synth_moe(reseeded, layers=2, experts=8, used=2, hidden=64, ff=256, vocab=512, seed=1)
+    out = estimate_json(str(reseeded), "--target", "local", "--set", str(matching_set), "--readahead", "8M")
+    assert {m["matched_by"] for m in out["strategies"][0]["measured"]} == {
+        "the same layout and size (GGUF header), another copy"}
+    other = tmp_path / "other.gguf"
+    synth_moe(other, layers=3, experts=8, used=2, hidden=64, ff=256, vocab=512, seed=0)
+    out = estimate_json(str(other), "--target", "local", "--set", str(matching_set), "--readahead", "8M")
+    assert all(s["measured"] == [] for s in out["strategies"])
