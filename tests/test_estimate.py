@@ -20,7 +20,7 @@ from harness.analysis.ladder import Ladder, LadderPoint
 from harness.traces.synth import synth_trace
 
 KIB = 1024
-# seed 000 (/work/shared/DESIGN.md section 1): fio on the model file of the Orin Nano Super's NVMe
+# seed 000 (docs/methodology.md section 1): fio on the model file of the Orin Nano Super's NVMe
 SEED_LADDER = Ladder((LadderPoint(64 * KIB, 1, 200), LadderPoint(64 * KIB, 2, 465), LadderPoint(64 * KIB, 4, 778),
                       LadderPoint(128 * KIB, 8, 1618), LadderPoint(1024 * KIB, 4, 2515, "1 MiB seq")), "seed 000")
 # 594 MB of expert bytes per decode token (17.71 GiB x 8/256), 40 MoE layers of 256 experts, 8 used

@@ -12,7 +12,7 @@ Per token, with h the share of expert bytes served from memory (page cache or th
 
 What each strategy reaches (``Strategy``): mmap faults of readahead size at 1.0-1.7 in flight, as the seed
 measured on the Orin (seed 000: average I/O 70-84 KiB, 1.0-1.7 in flight, 25-47 % of 594 MB per token from NVMe;
-/work/shared/DESIGN.md section 1); mmap-willneed the same at worst (the seed saw no change) and at best one
+docs/methodology.md section 1); mmap-willneed the same at worst (the seed saw no change) and at best one
 readahead window per chosen expert tensor of the layer in flight; pread T threads = QD T at B; io_uring QD Q at
 B; direct-cache T threads of O_DIRECT reads at B with an LRU of its budget (harness.traces.lru); prefetch the
 pread pattern with the next layer's reads overlapping compute (Edge0's prerouter at p = 1).

@@ -4,7 +4,7 @@ jobs: 64 KiB at QD 1/2/4, 128 KiB at QD 8, 1 MiB sequential), for the decode est
 How a point between the rungs is read: by **bytes in flight** (queue depth x request size). By Little's law a
 device's throughput is bytes in flight / latency, and an NVMe or UFS drive's latency grows slowly until it
 saturates, so throughput rises with the bytes in flight and levels off; the seed's Orin ladder (64 KiB QD1 200,
-QD2 465, QD4 778, 128 KiB QD8 1618, 1 MiB sequential 2515 MB/s; /work/shared/DESIGN.md section 1, seed 000) is
+QD2 465, QD4 778, 128 KiB QD8 1618, 1 MiB sequential 2515 MB/s; docs/methodology.md section 1, seed 000) is
 monotonic in it (64, 128, 256, 1024, 4096 KiB in flight). Between two rungs the throughput is linear in bytes in
 flight (the constant-latency reading of Little's law); rungs with equal bytes in flight are averaged; a rung
 slower than a smaller one is raised to it (a deeper queue can be used as a shallower one: the curve is
