@@ -36,6 +36,7 @@ def _register() -> None:
         ci,
         compare,
         deploy,
+        estimate,
         gate,
         lease,
         model,
@@ -50,7 +51,7 @@ def _register() -> None:
     )
 
     for module in (run, plan, targets, probe, report, parse, deploy, model, trace, lease, compare, gate, ci,
-                   bisect):
+                   bisect, estimate):
         module.register(app)
     results.register(results_app)
 
