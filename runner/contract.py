@@ -15,9 +15,9 @@ harness/results/ingest.py and every kind's ``ingest``).
 
 from typing import Any, Dict, List, Optional, TypedDict
 
-CONTRACT_VERSION = "1.3"  # 1.1: run.json "interference"; 1.2: "left_running_stopped"; 1.3: a step's "env", a declared
+CONTRACT_VERSION = "1.4"  # 1.1: run.json "interference"; 1.2: "left_running_stopped"; 1.3: a step's "env", a declared
 # build's "source" and "build_key", an equivalence side's "build" and "bin_dir" (the runner is pushed by content
-# hash, so no 1.2 runner receives them)
+# hash, so no 1.2 runner receives them); 1.4: the "replay" step kind (its spec: layout and trace text, options)
 
 # What "cold" and "warm" mean, on both sides of the contract: the runner prepares and verifies the page cache to
 # these bounds (runner/pagecache.py), the controller judges each request's residency by the same ones

@@ -41,7 +41,10 @@ def build_spec(ctx: CampaignContext, session: TargetSession, run: PlannedRun, fi
 def step_spec(ctx: CampaignContext, session: TargetSession, run: PlannedRun, files: dict[str, str]) -> dict[str, Any]:
     """The step's part of the spec, with the run's named builds placed: an equivalence side's ``bin_dir``, a
     declared engine's build key and source (``harness.campaign.builds``, ``harness.campaign.declared``)."""
-    spec = {"kind": run.step, **STEPS[run.step].runner_spec(run.cell.config, files, run.cache)}
+    step = STEPS[run.step]
+    spec = {"kind": run.step, **step.runner_spec(run.cell.config, files, run.cache)}
+    # the controller's copies: a synthetic model's cached file here, a path model where the target shares our files
+    spec.update(step.controller_spec(run.cell.config, {**files, **{name: p for name, (p, _) in ctx.synth.items()}}))
     builds.place_sides(ctx, session, spec)
     if run.step == RunStep.name and run.cell.build:
         spec.update(ctx.target_builds[session.target.name][run.cell.build].get("run_fields") or {})

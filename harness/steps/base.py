@@ -70,6 +70,11 @@ class StepKind(ABC):
     def runner_spec(self, config: Any, files: dict[str, str], cache: str) -> dict[str, Any]:
         """The step's part of the runner's spec: concrete options, files by path, the cache condition."""
 
+    def controller_spec(self, config: Any, local_files: dict[str, str]) -> dict[str, Any]:
+        """More of the step's spec, read from the controller's copies of the named files (``local_files``: name ->
+        path here; a model's layout for replay), merged over ``runner_spec``'s; nothing for most steps."""
+        return {}
+
     def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
         """Table rows from one run directory (``run_id`` is added by the caller)."""
         return {}

@@ -7,8 +7,10 @@ from runner.steps.fio import run_fio
 from runner.steps.llama_bench import run_llama_bench
 from runner.steps.llama_server import run_llama_server
 from runner.steps.read import run_read
+from runner.steps.replay import run_replay
 
 STEPS = {"fio": run_fio, "read": run_read, "llama-bench": run_llama_bench, "llama-server": run_llama_server,
          "run": run_declared,
          "equivalence": run_equivalence,
-         "bmoe": run_bmoe}
+         "bmoe": run_bmoe,
+         "replay": run_replay}
