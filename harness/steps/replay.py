@@ -147,10 +147,14 @@ class ReplayStep(StepKind):
         return [config.model]
 
     def check(self, config: ReplayConfig, experiment: Any) -> tuple[tuple[str | int, ...], str] | None:
-        """A trace file that does not fit the model's geometry (as far as the plan knows it) is refused here."""
+        """A model the controller cannot read (its layout comes from here) or a trace file that does not fit the
+        model's geometry (as far as the plan knows it) is refused here, not at the run."""
+        spec = experiment.named_files().get(config.model)
+        if spec is not None and spec.path is not None and not Path(spec.path).is_file():
+            return ("model",), (f"replay reads the model's layout from the controller's copy, and {spec.path} is "
+                                "not on this machine (give a synth: model or a path readable here too)")
         if not isinstance(config.trace, str):
             return None
-        spec = experiment.named_files().get(config.model)
         try:
             trace = read_trace(Path(config.trace))
             if spec is not None and spec.synth is not None:

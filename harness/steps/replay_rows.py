@@ -17,7 +17,8 @@ from harness.steps.base import Rows
 from harness.steps.requests import cache_reached, mark_columns, mark_windows, per_token, place_columns
 
 SUMMARY_COLUMNS = ("strategy", "cache_hit_pct", "dev_mb_s", "qd_avg", "inflight_avg", "tok_s", "bytes_per_token",
-                   "dev_read_bytes_per_token", "threads", "bs", "qd", "compute", "cache_bytes", "predict_p")
+                   "dev_read_bytes_per_token", "self_read_bytes_per_token", "threads", "bs", "qd", "compute",
+                   "cache_bytes", "predict_p")
 
 
 def read_tokens(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -50,7 +51,7 @@ def token_rows(request: int, tokens: list[dict[str, Any]]) -> Rows:
                      "gap_ms": None if previous is None else (t_ns - previous) / 1e6,
                      "latency_ms": tok["latency_ns"] / 1e6, "bytes": tok.get("bytes"),
                      "dev_read_bytes": tok.get("dev_read_bytes"), "cache_hit_bytes": tok.get("cache_hit_bytes"),
-                     "majflt": tok.get("majflt")})
+                     "majflt": tok.get("majflt"), "self_read_bytes": tok.get("self_read_bytes")})
         previous = t_ns
     return rows
 
@@ -67,7 +68,6 @@ def replay_rows(run_dir: Path, rec: dict[str, Any]) -> tuple[dict[str, Any], Row
     decode = tokens[1:] or tokens
     decode_ns = sum(t["latency_ns"] for t in decode)
     row["decode_tps"] = len(decode) / (decode_ns / 1e9) if decode_ns > 0 else None
-    row["replay_bytes_per_token"] = summary.get("bytes_per_token")
     row.update({f"replay_{key}": summary.get(key) for key in SUMMARY_COLUMNS})
     hits = sum(t.get("cache_hit_bytes") or 0 for t in tokens)
     requested = sum(t.get("bytes") or 0 for t in tokens)

@@ -32,7 +32,18 @@
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__has_include)
+#if __has_include(<linux/io_uring.h>)
 #include <linux/io_uring.h>
+#endif
+#endif
+/* IORING_OP_READ came with 5.6 headers, IORING_FEAT_FAST_POLL (a macro, unlike the opcodes) with 5.7: older
+ * headers (an old NDK) build everything but io_uring, which then exits 2 saying so */
+#if defined(IORING_FEAT_FAST_POLL) && defined(__NR_io_uring_setup)
+#define HAVE_URING 1
+#else
+#define HAVE_URING 0
+#endif
 
 #define DIRECT_ALIGN 4096u
 #define KINDS 3
@@ -53,7 +64,7 @@ struct opts {
 struct range { uint64_t off, len; };
 /* one unit of work for the block workers: read [off, off+len) of fd into dst (a worker's buffer when NULL);
  * fd < 0: nothing to read, only the compute over dst (a direct-cache hit) */
-struct block { uint64_t off, len; unsigned char *dst; int fd; };
+struct block { uint64_t off, len; unsigned char *dst; int fd; uint64_t skip, clen; }; /* compute: [skip, +clen) */
 
 static struct opts O;
 static int n_layer, n_expert, n_used;
@@ -63,6 +74,9 @@ static int32_t *trace_ids;            /* [(token * n_layer + layer) * n_used + r
 static const unsigned char *map;
 static uint64_t file_size;
 static long page_size;
+
+static void die2(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die1(const char *what, int err) __attribute__((noreturn));
 
 static void die2(const char *fmt, ...)
 {
@@ -124,7 +138,7 @@ static int header_field(const char *line, const char *key, const char *where)
 {
     char pat[32];
     const char *p;
-    long v;
+    long v = 0;
     snprintf(pat, sizeof pat, " %s=", key);
     p = strstr(line, pat);
     if (!p || (v = strtol(p + strlen(pat), NULL, 10)) <= 0)
@@ -304,14 +318,11 @@ static void parse_args(int argc, char **argv)
 
 /* ---------- compute emulation ---------- */
 
+/* the sum of the bytes: a real pass over memory, and a checksum that does not depend on how reads were split */
 static uint64_t sum_bytes(const unsigned char *p, uint64_t n)
 {
-    uint64_t s = 0, w, i = 0;
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&w, p + i, 8);
-        s += w;
-    }
-    for (; i < n; i++)
+    uint64_t s = 0, i;
+    for (i = 0; i < n; i++)
         s += p[i];
     return s;
 }
@@ -413,7 +424,7 @@ static void work_blocks(struct worker *w)
             read_full(b->fd, dst, b->len, b->off);
             w->io_ns += now_ns() - t0;
         }
-        w->sum += compute_over(dst, b->len);
+        w->sum += compute_over(dst + b->skip, b->clen);
     }
 }
 
@@ -480,6 +491,7 @@ static void add_block(uint64_t off, uint64_t len, unsigned char *dst, int fd)
     }
     P.blocks[P.nblocks].off = off, P.blocks[P.nblocks].len = len;
     P.blocks[P.nblocks].dst = dst, P.blocks[P.nblocks].fd = fd;
+    P.blocks[P.nblocks].skip = 0, P.blocks[P.nblocks].clen = len;
     P.nblocks++;
 }
 
@@ -579,6 +591,7 @@ static void layer_pread(long token, int layer)
     pool_run(M_BLOCKS);
 }
 
+#if HAVE_URING
 /* io_uring through the raw syscalls: one ring, up to qd reads of bs bytes in flight, reaped in the main thread */
 static struct {
     int fd;
@@ -684,6 +697,20 @@ static void layer_uring(long token, int layer)
     }
 }
 
+#else
+static struct { uint64_t io_ns, sum; } U;
+
+static void uring_setup(void)
+{
+    die2("io_uring: this replay was built without <linux/io_uring.h> (5.7+ kernel headers)");
+}
+
+static void layer_uring(long token, int layer)
+{
+    (void)token, (void)layer;
+}
+#endif
+
 /* direct-cache: an LRU of whole experts (up+gate+down, O_DIRECT-read 4 KiB-aligned copies); budget in slice bytes,
  * as harness/traces/lru.py counts it */
 struct centry { unsigned char *buf; uint64_t slot_off[KINDS]; int prev, next; long pinned; };
@@ -715,7 +742,7 @@ static struct range aligned_slice(int layer, int kind, int expert)
 }
 
 /* room for an expert of `need` bytes, evicting least recently used experts not used by this layer; 0 if none */
-static int lru_make_room(uint64_t need, int layer)
+static int lru_make_room(uint64_t need)
 {
     if (need > O.cache_bytes)
         return 0;
@@ -726,7 +753,6 @@ static int lru_make_room(uint64_t need, int layer)
         cache[v].buf = NULL;
         cache_used -= expert_bytes(v / n_expert);
     }
-    (void)layer;
     return cache_used + need <= O.cache_bytes;
 }
 
@@ -750,10 +776,19 @@ static uint64_t expert_direct(int layer, int e)
     }
     for (k = 0; k < KINDS; k++)
         a[k] = aligned_slice(layer, k, e), c->slot_off[k] = total, total += a[k].len;
-    keep = lru_make_room(need, layer);
+    keep = lru_make_room(need);
     c->buf = aligned_alloc_or_die((size_t)total);
-    for (k = 0; k < KINDS; k++)
+    for (k = 0; k < KINDS; k++) {
+        struct range g = slice_of(layer, k, e);
+        size_t first = P.nblocks, i;
         add_split(a[k].off, a[k].len, c->buf + c->slot_off[k], fd_direct);
+        for (i = first; i < P.nblocks; i++) { /* the compute sees the slice's bytes only, not the alignment's */
+            struct block *b = &P.blocks[i];
+            uint64_t lo = b->off > g.off ? b->off : g.off, hi = b->off + b->len < g.off + g.len ? b->off + b->len
+                                                                                              : g.off + g.len;
+            b->skip = hi > lo ? lo - b->off : 0, b->clen = hi > lo ? hi - lo : 0;
+        }
+    }
     if (keep)
         lru_front(id), cache_used += need;
     else { /* larger than what the budget can free: read it, keep nothing (freed after the layer) */
@@ -843,13 +878,16 @@ static void prefetch_post(long token, int layer)
 {
     const int32_t *ids = chosen(token, layer);
     int32_t pred[4096];
-    int r, k, n = 0;
+    int r, k, n = 0, wrong = 0;
     for (r = 0; r < n_used && r < 4096; r++) {
         int e = ids[r];
-        if ((double)(rng_next() >> 11) / 9007199254740992.0 >= O.predict_p && n_used < n_expert)
+        /* a wrong guess needs an expert outside the true set not guessed yet; none left: the true one */
+        if ((double)(rng_next() >> 11) / 9007199254740992.0 >= O.predict_p && n_expert - n_used > wrong) {
             do
                 e = (int)(rng_next() % (uint64_t)n_expert);
             while (in_set(ids, n_used, e) || in_set(pred, n, e));
+            wrong++;
+        }
         pred[n++] = e;
     }
     for (k = 0, F.nranges = 0; k < KINDS; k++)
@@ -902,10 +940,11 @@ static struct bstat read_blockstat(void)
     return b;
 }
 
-static long majflt_now(void)
+static long majflt_now(long *inblock)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    *inblock = ru.ru_inblock; /* 512-byte blocks this process had read from storage: no other reader counts */
     return ru.ru_majflt;
 }
 
@@ -918,9 +957,13 @@ static uint64_t io_ns_now(void)
     return t;
 }
 
-struct totals { uint64_t bytes, hit, dev_bytes, dev_ios, queue_ms, io_ns, wall_ns; long majflt; int dev_ok; };
+struct totals {
+    uint64_t bytes, hit, dev_bytes, dev_ios, queue_ms, io_ns, wall_ns, self_bytes;
+    long majflt;
+    int dev_ok;
+};
 
-/* one token: every layer's reads and compute; returns the requested and cache-hit bytes */
+/* one token: every layer's reads and compute; adds its requested and cache-hit bytes */
 static void run_token(long t, uint64_t *bytes, uint64_t *hit)
 {
     int l;
@@ -967,25 +1010,27 @@ static int qd_known(void) { return O.strategy == S_PREAD || O.strategy == S_URIN
 static void one_token(FILE *out, long t, struct totals *tot)
 {
     struct bstat b0 = read_blockstat(), b1;
-    long f0 = majflt_now(), f1;
+    long in0, in1, f0 = majflt_now(&in0), f1;
     uint64_t io0 = io_ns_now(), bytes = 0, hit = 0, t0 = now_ns(), t1, wall;
     int dev;
     run_token(t, &bytes, &hit);
     t1 = now_ns();
     b1 = read_blockstat();
-    f1 = majflt_now();
+    f1 = majflt_now(&in1);
     wall = t1 - t0 ? t1 - t0 : 1;
     dev = b0.ok && b1.ok;
     fprintf(out, "{\"token\":%ld,\"t_start_ns\":%" PRIu64 ",\"t_end_ns\":%" PRIu64 ",\"latency_ns\":%" PRIu64
             ",\"bytes\":%" PRIu64, t, t0, t1, t1 - t0, bytes);
     put_u64_or_null(out, "dev_read_bytes", dev, (b1.rd_sectors - b0.rd_sectors) * 512u);
     put_u64_or_null(out, "dev_read_ios", dev, b1.rd_ios - b0.rd_ios);
-    fprintf(out, ",\"cache_hit_bytes\":%" PRIu64 ",\"majflt\":%ld", hit, f1 - f0);
+    fprintf(out, ",\"cache_hit_bytes\":%" PRIu64 ",\"majflt\":%ld,\"self_read_bytes\":%" PRIu64, hit, f1 - f0,
+            (uint64_t)(in1 - in0) * 512u);
     put_ratio_or_null(out, "inflight_avg", dev, (double)(b1.queue_ms - b0.queue_ms) * 1e6 / (double)wall);
     put_ratio_or_null(out, "qd_avg", qd_known(), (double)(io_ns_now() - io0) / (double)wall);
     fputs("}\n", out);
     fflush(out); /* the runner marks the first token when its line appears */
     tot->bytes += bytes, tot->hit += hit, tot->majflt += f1 - f0, tot->io_ns += io_ns_now() - io0;
+    tot->self_bytes += (uint64_t)(in1 - in0) * 512u;
     tot->dev_ok = dev && (t == 0 || tot->dev_ok);
     tot->dev_bytes += (b1.rd_sectors - b0.rd_sectors) * 512u, tot->dev_ios += b1.rd_ios - b0.rd_ios;
     tot->queue_ms += b1.queue_ms - b0.queue_ms;
@@ -1002,13 +1047,15 @@ static void summary(FILE *out, const struct totals *tot, uint64_t checksum)
     put_ratio_or_null(out, "dev_read_bytes_per_token", tot->dev_ok, (double)tot->dev_bytes / n);
     put_ratio_or_null(out, "dev_read_ios_per_token", tot->dev_ok, (double)tot->dev_ios / n);
     put_ratio_or_null(out, "inflight_avg", tot->dev_ok, (double)tot->queue_ms / 1e3 / wall_s);
+    fprintf(out, ",\"self_read_bytes_per_token\":%.1f", (double)tot->self_bytes / n);
     put_ratio_or_null(out, "qd_avg", qd_known(), (double)tot->io_ns / 1e9 / wall_s);
     fprintf(out, ",\"bytes\":%" PRIu64 ",\"cache_hit_bytes\":%" PRIu64 ",\"majflt\":%ld,\"strategy\":\"%s\","
             "\"threads\":%d,\"bs\":%" PRIu64 ",\"qd\":%d,\"compute\":\"%s\",\"fadv_random\":%s,\"cache_bytes\":%"
             PRIu64 ",\"predict_p\":%.4f,\"seed\":%" PRIu64 ",\"n_layer\":%d,\"n_expert\":%d,\"n_used\":%d,"
-            "\"checksum\":%" PRIu64 "}}\n", tot->bytes, tot->hit, tot->majflt, STRATEGIES[O.strategy], O.threads,
-            O.bs, O.qd, O.compute_arg, O.fadv_random ? "true" : "false", O.cache_bytes, O.predict_p, O.seed, n_layer,
-            n_expert, n_used, checksum);
+            "\"checksum\":%" PRIu64 ",\"prefetch_checksum\":%" PRIu64 "}}\n",
+            tot->bytes, tot->hit, tot->majflt, STRATEGIES[O.strategy], O.threads, O.bs, O.qd, O.compute_arg,
+            O.fadv_random ? "true" : "false", O.cache_bytes, O.predict_p, O.seed, n_layer, n_expert, n_used,
+            checksum, F.sum);
 }
 
 /* ---------- main ---------- */
@@ -1062,6 +1109,8 @@ int main(int argc, char **argv)
     read_trace();
     if (O.strategy == S_DIRECT && !O.cache_bytes)
         die2("--cache-bytes: direct-cache needs an LRU budget (bytes)");
+    if (O.blockstat && !read_blockstat().ok)
+        die2("--blockstat %s: not a readable /sys/block/DEV/stat", O.blockstat);
     if (!(out = fopen(O.out, "w")))
         die2("%s: cannot write (%s)", O.out, strerror(errno));
     map_model();
@@ -1078,7 +1127,7 @@ int main(int argc, char **argv)
     pool_stop();
     for (i = 0; i < O.threads; i++)
         checksum += P.w[i].sum;
-    summary(out, &tot, checksum + U.sum + F.sum);
+    summary(out, &tot, checksum + U.sum);
     if (fclose(out))
         die1(O.out, errno);
     return 0;
