@@ -105,3 +105,18 @@ def test_report_section_appears_only_with_both_sides(tmp_path: Path) -> None:
     perturbed = runs.assign(perturbed=runs["step"] == "replay")
     hidden = ResultSet(tmp_path, {"set_id": "s", "matrix": {}}, {"runs": perturbed, "requests": requests})
     assert "no usable runs" in "\n".join(replay_validation_lines(hidden))
+
+
+def test_the_validation_experiment_runs_every_pair_on_both_sides_in_each_round() -> None:
+    from harness.campaign.plan import build_plan
+    from harness.config.experiment import load_experiment
+
+    plan = build_plan(load_experiment(Path(__file__).parents[1] / "experiments/paper/replay-validation.yaml"))
+    for round_ in (1, 2):
+        runs = [r for r in plan.runs if r.round == round_]
+        replays = {r.cell.config.strategy for r in runs if r.step == "replay"}
+        engine = {(r.params["build"], r.params["strategy"]) for r in runs if r.step == "llama-server"}
+        assert replays == {p.replay for p in DEFAULT_PAIRS}
+        assert engine == {(b, p.engine) for p in DEFAULT_PAIRS for b in ("base", "strategies")}
+        threads = {r.cell.config.threads for r in runs if r.step == "replay"}
+        assert threads == {2} and all("2" in r.cell.config.args for r in runs if r.step == "llama-server")
