@@ -75,7 +75,19 @@ def test_each_strategy_is_predicted_by_replay_ratio_and_measured_against_the_sto
     pread = changes.loc["pread-131072"]
     assert pread["predicted"] == pytest.approx(0.5) and pread["measured"] == pytest.approx(0.5)
     assert pread["error"] == pytest.approx(0.0)
+    assert pread["bytes predicted"] == pytest.approx(1.0) and pread["bytes measured"] == pytest.approx(1.0)
     assert (changes["n patched"] > 0).all()
+
+
+def test_the_bytes_change_pairs_like_the_tok_s_change() -> None:
+    runs, requests = _tables(ENGINE, REPLAY)
+    willneed_patched = requests["run_id"] == "e-strategies-willneed"
+    willneed_replay = requests["run_id"].str.startswith("r-mmap-willneed")
+    requests.loc[willneed_patched, BYTES] = 30 * MIB  # the patched engine reads 25 % fewer bytes with WILLNEED
+    requests.loc[willneed_replay, BYTES] = 21 * MIB  # the replay predicts 50 % fewer
+    row = strategy_changes(observations(runs, requests)).set_index("strategy").loc["willneed"]
+    assert row["bytes measured"] == pytest.approx(0.75) and row["bytes predicted"] == pytest.approx(0.5)
+    assert row["bytes error"] == pytest.approx(0.5 / 0.75 - 1)
 
 
 def test_failed_runs_and_missing_sides_give_no_numbers() -> None:

@@ -14,7 +14,8 @@ Two checks on one result set that holds both (experiments/paper/replay-validatio
     measured = median decode tok/s of the patched build at that strategy / median decode tok/s of the stock
     build **at the same strategy value** (the pairing of ``harness gate --across build``: each patched cell meets
     the stock cell equal in everything else, measured in the same interleaved rounds);
-    error = predicted / measured - 1. The ``off`` pair (replay ``mmap`` against itself, the patched build with
+    error = predicted / measured - 1; the same for device bytes per token (``bytes predicted``, ``bytes
+    measured``, ``bytes error``). The ``off`` pair (replay ``mmap`` against itself, the patched build with
     nothing set against the stock build) is the A/A row: predicted is 1 by construction, and its measured change
     is how far two runs of the same code differ in this set — an error below that is not a disagreement.
 
@@ -151,5 +152,16 @@ def strategy_changes(obs: pd.DataFrame, pairs: Sequence[StrategyPair] = DEFAULT_
         rows.append({"strategy": pair.engine, "replay": pair.replay, "replay tok/s": rep,
                      f"replay {reference} tok/s": ref, "predicted": predicted, "stock tok/s": base,
                      "patched tok/s": new, "measured": measured, "error": _ratio(predicted, measured) - 1,
+                     **_bytes_change(obs, base_rows, patched, pair, reference),
                      "n replay": n_rep, "n stock": n_base, "n patched": n_new})
     return pd.DataFrame(rows)
+
+
+def _bytes_change(obs: pd.DataFrame, stock_rows: pd.DataFrame, patched: pd.DataFrame, pair: StrategyPair,
+                  reference: str) -> dict[str, float]:
+    """The same pairing on device bytes per token: what the strategy changes in the I/O alone, which a loaded
+    CPU moves less than tok/s (only through other readers' bytes in a longer window)."""
+    predicted = _ratio(_median(replayed(obs, pair.replay)[BYTES])[0], _median(replayed(obs, reference)[BYTES])[0])
+    measured = _ratio(_median(patched.loc[patched["strategy"] == pair.engine, BYTES])[0],
+                      _median(stock_rows.loc[stock_rows["strategy"] == pair.engine, BYTES])[0])
+    return {"bytes predicted": predicted, "bytes measured": measured, "bytes error": _ratio(predicted, measured) - 1}
