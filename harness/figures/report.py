@@ -18,6 +18,7 @@ from harness.figures import FIGURES, FigureContext
 from harness.figures.change import observations, ratio_table
 from harness.figures.equivalence_report import equivalence_lines
 from harness.figures.process_waits import process_wait_lines
+from harness.figures.replay_report import replay_validation_lines
 from harness.figures.streaming import BUILD, baseline_cell, build_baseline, cell_label, change_table, ok_requests
 from harness.figures.waits import wait_lines
 from harness.parsers.fio import ordered_jobs
@@ -330,6 +331,7 @@ def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], chan
     if not bench.empty:
         lines += ["", "## llama-bench", "", _table(bench)]
     lines += equivalence_lines(rs)
+    lines += replay_validation_lines(rs)  # a set with replay and engine runs: how far the replay stands for it
     if not changes.empty and build_base is not None:
         lines += ["", f"## Change vs build {build_base} of the same cell and round", "", _across_note(build_base), "",
                   _table(changes.drop(columns=["is_baseline"]))]
