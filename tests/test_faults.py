@@ -376,10 +376,11 @@ def test_a_lost_run_state_does_not_make_the_emulated_read_ahead_the_original(tmp
     if device is None:
         pytest.skip(f"no block device under {private_base()}")
     knob = Path(f"/sys/block/{device}/queue/read_ahead_kb")
-    original = int(knob.read_text())
-    emulated = 4096 if original != 4096 else 2048
     release = tmp_path / "go"
     with machine_lock():  # no other suite's emulated run may change read_ahead_kb meanwhile
+        # read under the lock: before it, another suite's run may hold the device at its emulated value
+        original = int(knob.read_text())
+        emulated = 4096 if original != 4096 else 2048
         ctl = Controller(tmp_path, "run", runtime_s=30, release=release,
                          extra_yaml=f"emulate: {{read_ahead_kb: {emulated}}}\n",
                          env={"HARNESS_EMULATE_STATE": str(state)})
