@@ -578,7 +578,8 @@ static void layer_touch(long token, int layer)
     pool_run(M_TOUCH);
 }
 
-static void layer_pread(long token, int layer)
+/* the layer's chosen slices (up, gate, down) as bs-byte blocks read from fd_read: what pread and io_uring issue */
+static void split_layer(long token, int layer)
 {
     const int32_t *ids = chosen(token, layer);
     int k, r;
@@ -588,6 +589,11 @@ static void layer_pread(long token, int layer)
             struct range g = slice_of(layer, k, ids[r]);
             add_split(g.off, g.len, NULL, fd_read);
         }
+}
+
+static void layer_pread(long token, int layer)
+{
+    split_layer(token, layer);
     pool_run(M_BLOCKS);
 }
 
@@ -678,15 +684,8 @@ static int uring_reap(void)
 
 static void layer_uring(long token, int layer)
 {
-    const int32_t *ids = chosen(token, layer);
     size_t next = 0, done = 0;
-    int k, r;
-    P.nblocks = 0;
-    for (k = 0; k < KINDS; k++)
-        for (r = 0; r < n_used; r++) {
-            struct range g = slice_of(layer, k, ids[r]);
-            add_split(g.off, g.len, NULL, fd_read);
-        }
+    split_layer(token, layer);
     while (done < P.nblocks) {
         unsigned submit = 0;
         while (U.nfree > 0 && next < P.nblocks)
