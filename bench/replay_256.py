@@ -14,38 +14,24 @@ page-cache hit %.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from replay_vs_fio import NATIVE, drop, write_layout  # noqa: E402
+from replay_vs_fio import replay  # noqa: E402
 
 from harness.campaign.prepare import synth_model  # noqa: E402
 from harness.config.experiment import SynthSpec  # noqa: E402
-from harness.models.inspect import inspect_gguf  # noqa: E402
 from harness.models.routing import parse_routing  # noqa: E402
+from harness.steps.replay import model_layout  # noqa: E402
 from harness.traces.model import write_trace  # noqa: E402
 from harness.traces.synth import synth_trace  # noqa: E402
-from runner.probes.blockdev import block_device_of  # noqa: E402
 
 DEMO = SynthSpec(size="1.6G", experts=64, used=4, hidden=512)  # quickstart.yaml's model (routing narrow)
-KIND_OF = {"ffn_up_exps": "up", "ffn_gate_exps": "gate", "ffn_down_exps": "down"}
-
-
-def model_layout(model: Path, out: Path) -> tuple[int, int, int]:
-    """The model's layout file; its (n_layer, n_expert, n_used)."""
-    info = inspect_gguf(model)
-    slices = [(t.layer, KIND_OF[t.name.split(".")[2]], t.offset, t.slice_bytes) for t in info.expert_tensors]
-    n_layer, n_expert = int(info.block_count or 0), int(info.expert_count or 0)
-    write_layout(out, sorted(slices), n_layer, n_expert)
-    return n_layer, n_expert, int(info.expert_used_count or 0)
 
 
 def main() -> None:
@@ -59,27 +45,19 @@ def main() -> None:
     model, _ = synth_model(DEMO, say=print)
     routing = parse_routing(args.routing)
     s = routing.s if routing.kind == "zipf" else 0.0
-    dev = block_device_of(str(model))
     with tempfile.TemporaryDirectory() as tmp:
         layout, trace = Path(tmp) / "layout.txt", Path(tmp) / "trace.txt"
-        n_layer, n_expert, n_used = model_layout(model, layout)
+        text, (n_layer, n_expert, n_used) = model_layout(str(model))  # what the replay step sends the target
+        layout.write_text(text)
         write_trace(synth_trace(n_layer, n_expert, n_used, args.tokens, s=s, seed=0), trace)
         print(f"{model.name}: {model.stat().st_size / 1e9:.2f} GB, {n_layer} layers x {n_expert} experts, "
               f"{n_used} used; trace {args.tokens} tokens, routing {routing}; "
               f"threads {args.threads}, compute {args.compute}, cold, no budget")
         for strategy in args.strategy or ["mmap"]:
-            drop(model)
-            out = Path(tmp) / f"{strategy}.jsonl"
-            cmd = [str(NATIVE / "replay"), "--model", str(model), "--layout", str(layout), "--trace", str(trace),
-                   "--out", str(out), "--strategy", strategy, "--threads", str(args.threads),
-                   "--compute", args.compute] + (["--blockstat", f"/sys/block/{dev}/stat"] if dev else [])
-            start = time.monotonic()
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            wall = time.monotonic() - start
-            if done.returncode != 0:
-                sys.exit(f"replay {strategy} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
-            summary = json.loads(out.read_text().strip().splitlines()[-1])["summary"]
-            print(f"{strategy:14s} wall {wall:6.1f} s (target < 60)  {summary['tok_s']:.2f} tok/s equivalent  "
+            summary = replay(model, layout, trace, Path(tmp) / f"{strategy}.jsonl", strategy,
+                             "--threads", str(args.threads), compute=args.compute)
+            print(f"{strategy:14s} wall {summary['wall_s']:6.1f} s (target < 60)  "
+                  f"{summary['tok_s']:.2f} tok/s equivalent  "
                   f"device {summary.get('dev_mb_s') or 0:.0f} MB/s  page-cache hits "
                   f"{summary.get('cache_hit_pct') or 0:.1f} %")
 

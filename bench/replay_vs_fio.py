@@ -56,12 +56,13 @@ def drop(path: Path) -> None:
     subprocess.run([str(NATIVE / "cachectl"), "drop", str(path)], check=True)
 
 
-def replay(model: Path, layout: Path, trace: Path, out: Path, strategy: str, *extra: str) -> dict[str, float]:
+def replay(model: Path, layout: Path, trace: Path, out: Path, strategy: str, *extra: str,
+           compute: str = "none") -> dict[str, float]:
     """One replay run from a cold file: its summary, plus the wall time around the process."""
     drop(model)
     dev = block_device_of(str(model))
     cmd = [str(NATIVE / "replay"), "--model", str(model), "--layout", str(layout), "--trace", str(trace),
-           "--out", str(out), "--strategy", strategy, "--compute", "none", *extra]
+           "--out", str(out), "--strategy", strategy, "--compute", compute, *extra]
     if dev:
         cmd += ["--blockstat", f"/sys/block/{dev}/stat"]
     start = time.monotonic()
