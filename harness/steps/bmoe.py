@@ -20,14 +20,12 @@ token against the device's: ``engine_read_bytes_per_token``, ``decode_dev_read_b
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from harness.config.validate import StrictModel
-from harness.parsers import ParseError
 from harness.parsers.bmoe import bmoe_request_row, parse_bmoe_log
 from harness.steps.base import Rows, StepKind, register_step
 from harness.steps.env import StepEnv, with_env
@@ -35,6 +33,7 @@ from harness.steps.llamacpp import Prompts
 from harness.steps.requests import (
     Arg,
     cache_reached,
+    json_records,
     mark_columns,
     mark_windows,
     per_token,
@@ -121,13 +120,7 @@ class BmoeStep(StepKind):
         if not output.exists():
             return {}
         requests, tokens = [], []
-        for number, line in enumerate(output.read_text().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                prompt = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ParseError(f"{output.name}: bad prompt record ({exc.msg})", line=number) from None
+        for prompt in json_records(output, "prompt record"):
             row, token_rows = prompt_rows(run_dir, prompt)
             requests.append(row)
             tokens += token_rows

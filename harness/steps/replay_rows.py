@@ -8,13 +8,18 @@ window's tokens, as llama-server's): their count over the sum of their latencies
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from harness.parsers import ParseError
 from harness.steps.base import Rows
-from harness.steps.requests import cache_reached, mark_columns, mark_windows, per_token, place_columns
+from harness.steps.requests import (
+    cache_reached,
+    json_records,
+    mark_columns,
+    mark_windows,
+    per_token,
+    place_columns,
+)
 
 SUMMARY_COLUMNS = ("strategy", "cache_hit_pct", "dev_mb_s", "qd_avg", "inflight_avg", "tok_s", "bytes_per_token",
                    "dev_read_bytes_per_token", "self_read_bytes_per_token", "threads", "bs", "qd", "compute",
@@ -27,13 +32,7 @@ def read_tokens(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     summary: dict[str, Any] = {}
     if not path.exists():
         return tokens, summary
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ParseError(f"{path.name}: bad replay line ({exc.msg})", line=number) from None
+    for doc in json_records(path, "replay line"):
         if "summary" in doc:
             summary = doc["summary"]
         else:

@@ -10,8 +10,12 @@ What only one engine knows (llama-server's ``timings``, bmoe's own counters) its
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from harness.parsers import ParseError
 from harness.parsers.blockstat import delta, parse_snapshot
 from runner.contract import COLD_MAX_PCT, WARM_MIN_PCT
 
@@ -28,6 +32,18 @@ def refuse_owned(args: list[Arg], owned: tuple[str, ...], engine: str | None = N
         whose = f" for {engine}" if engine else ""
         raise ValueError(f"{', '.join(clash)} are set by the harness{whose} (owned: {', '.join(owned)})")
     return args
+
+
+def json_records(path: Path, what: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a step's JSONL output, one per non-blank line; a line that is no JSON is a ParseError
+    naming the file, the line and ``what`` it should have been."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ParseError(f"{path.name}: bad {what} ({exc.msg})", line=number) from None
 
 
 def window(a: Mark | None, b: Mark | None, prefix: str) -> dict[str, Any]:
