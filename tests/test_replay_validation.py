@@ -12,10 +12,12 @@ from harness.analysis.replay_validation import (
     BYTES,
     DEFAULT_PAIRS,
     REPLAY_STRATEGY,
+    TOKENS,
     TPS,
     level_agreement,
     observations,
     strategy_changes,
+    token_mismatch,
 )
 from harness.figures.replay_report import replay_validation_lines
 from harness.results.loader import ResultSet
@@ -132,3 +134,19 @@ def test_the_validation_experiment_runs_every_pair_on_both_sides_in_each_round()
         assert engine == {(b, p.engine) for p in DEFAULT_PAIRS for b in ("base", "strategies")}
         threads = {r.cell.config.threads for r in runs if r.step == "replay"}
         assert threads == {2} and all("2" in r.cell.config.args for r in runs if r.step == "llama-server")
+        # like with like: one cold replay run decodes as many tokens as one cold request
+        tokens = {r.cell.config.tokens for r in runs if r.step == "replay"}
+        assert tokens == {r.cell.config.n_predict for r in runs if r.step == "llama-server"}
+
+
+def test_a_replay_of_another_token_count_than_the_requests_is_called_out(tmp_path: Path) -> None:
+    runs, requests = _tables(ENGINE, REPLAY)
+    replay = requests[REPLAY_STRATEGY].notna()
+    same = requests.assign(**{TOKENS: 31})
+    assert token_mismatch(observations(runs, same)) is None
+    other = same.copy()
+    other.loc[replay, TOKENS] = 63
+    sentence = token_mismatch(observations(runs, other))
+    assert sentence is not None and "31 tokens per cold request" in sentence and "mmap 63" in sentence
+    report = ResultSet(tmp_path, {"set_id": "s", "matrix": {}}, {"runs": runs, "requests": other})
+    assert "Not like with like" in "\n".join(replay_validation_lines(report))

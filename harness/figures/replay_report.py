@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis.replay_validation import Sides, level_agreement, observations, strategy_changes
+from harness.analysis.replay_validation import Sides, level_agreement, observations, strategy_changes, token_mismatch
 from harness.results.loader import ResultSet
 from harness.results.selection import usable_runs
 from harness.results.tables import REQUESTS, RUNS
@@ -34,7 +34,8 @@ def replay_validation_lines(rs: ResultSet, sides: Sides = Sides()) -> list[str]:
     for frame in (level, changes):
         if not frame.empty:
             lines += [_markdown(frame), ""]
-    return lines
+    mismatch = token_mismatch(obs, sides)
+    return lines + ([f"_Not like with like: {mismatch}._", ""] if mismatch else [])
 
 
 def _markdown(frame: pd.DataFrame) -> str:
