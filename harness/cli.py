@@ -33,6 +33,7 @@ def _register() -> None:
         return
     from harness.commands import (
         bisect,
+        changes,
         ci,
         compare,
         deploy,
@@ -54,6 +55,7 @@ def _register() -> None:
                    bisect, estimate):
         module.register(app)
     results.register(results_app)
+    results_app.command("changes")(changes.changes)  # beside trend; its own module (results.py stays short)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -136,3 +136,11 @@ def test_ci_init_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     assert out.read_text() == "name: mine\n"
     assert cli_in_process("ci", "init", "--out", str(out), "--force").returncode == 0
     assert out.read_text() == WORKFLOW.read_text()
+
+
+def test_the_nightly_job_lists_the_change_points_its_set_confirms(board_workflow: Path) -> None:
+    """With HARNESS_HISTORY set, the job copies its set into the board's history and asks for the new steps there."""
+    steps = {step.get("name"): step for step in load(board_workflow)["jobs"]["regression"]["steps"]}
+    step = steps["change points"]
+    assert "env.HARNESS_HISTORY != ''" in step["if"]
+    assert 'results changes decode_tps --target "$BOARD" --results "$HARNESS_HISTORY" --new' in step["run"]

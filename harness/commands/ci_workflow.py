@@ -24,6 +24,8 @@ TEMPLATE = """\
 #   BOARD                  the harness target to measure (targets/NAME.yaml); default: @BOARD_NOTE@
 #   HARNESS_RUNNER_LABELS  the runner's labels as a JSON list; default: @LABELS_NOTE@
 #   BASELINE_VARIANT       the cell the gate compares the others with; default: @BASELINE@
+#   HARNESS_HISTORY        a directory on the runner that keeps every night's set; when set, each set is copied
+#                          there and the change points it confirms are listed in the job summary; default: none
 #
 # Never on pull requests, on purpose: a pull request from a fork would run its own code (the Makefile, the
 # harness, the experiment) on the lab board, with the board's network, its keys and everything the runner user
@@ -54,6 +56,7 @@ jobs:
       BOARD: ${{ vars.BOARD || '@BOARD@' }}
       EXPERIMENT: @EXPERIMENT@
       BASELINE_VARIANT: ${{ vars.BASELINE_VARIANT || '@BASELINE@' }}
+      HARNESS_HISTORY: ${{ vars.HARNESS_HISTORY || '' }}
       RESULTS: @RESULTS@
     steps:
       - uses: actions/checkout@v4
@@ -79,6 +82,16 @@ jobs:
         run: >-
           .venv/bin/harness gate "$SET" --baseline-variant "$BASELINE_VARIANT"
           --metric decode_tps --max-regression 5% --junit gate.xml
+
+      - name: change points
+        if: ${{ always() && steps.run.outputs.set != '' && env.HARNESS_HISTORY != '' }}
+        env:
+          SET: ${{ steps.run.outputs.set }}
+        # informational (exit 0): which steps in the board's history tonight's set confirms, in the job summary
+        run: |
+          mkdir -p "$HARNESS_HISTORY"
+          cp -r "$SET" "$HARNESS_HISTORY/"
+          .venv/bin/harness results changes decode_tps --target "$BOARD" --results "$HARNESS_HISTORY" --new
 
       - name: upload the result set
         if: always()

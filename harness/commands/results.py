@@ -1,4 +1,4 @@
-"""``harness results list|show|query|trend|upgrade``."""
+"""``harness results list|show|query|trend|upgrade`` (``changes``: harness/commands/changes.py)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,9 @@ def trend(metric: str = typer.Argument(..., metavar="METRIC", help="a metric nam
           out: Path = typer.Option(None, "--out", help="the PNG to write (default: trend-METRIC.png here)"),
           results: Path = ResultsOpt, set_ids: list[str] = SetsOpt, include_incomplete: bool = IncompleteOpt,
           ) -> None:
-    """Draw one metric of one cell on one board over the last sets (median per set, IQR whiskers)."""
+    """Draw one metric of one cell on one board over the last sets (median per set, IQR whiskers, change points
+    as dashed lines)."""
+    from harness.analysis.changes import history_changes
     from harness.figures.history import draw_trend
     from harness.results.history import cells, metric_by_set
     from harness.results.metrics import METRICS
@@ -122,7 +124,10 @@ def trend(metric: str = typer.Argument(..., metavar="METRIC", help="a metric nam
                          f"{target}: {', '.join(known) if known else 'none'}")
     console.print(frame_table(frame.assign(started=frame["started"].astype(str)),
                               f"{metric} ({METRICS[metric].unit}), {cell}, {target}", floatfmt="{:.4g}"))
-    paths = draw_trend(frame, METRICS[metric], cell, target, out or Path(f"trend-{metric}.png"))
+    steps = history_changes(frame)
+    for step in steps:
+        console.print(f"change point: {step.line(METRICS[metric].unit)}", highlight=False)
+    paths = draw_trend(frame, METRICS[metric], cell, target, out or Path(f"trend-{metric}.png"), steps)
     console.print(f"figure: {paths[0]}")
 
 

@@ -217,8 +217,9 @@ def metric_by_set(con: duckdb.DuckDBPyConnection, metric: Metric, cell: str, tar
     frame["harness_rev"] = frame["harness_rev"].fillna("")  # a set written outside a git checkout has none
     keys = ["set_id", "started", "harness_rev"] + (["test"] if metric.test else [])
     frame = frame.rename(columns={metric.test: "test"} if metric.test else {}).dropna(subset=["value"])
-    summary = (frame.groupby(keys, dropna=False)["value"]
-               .agg(median="median", q1=lambda v: v.quantile(0.25), q3=lambda v: v.quantile(0.75), n="count")
+    groups = frame.groupby(keys, dropna=False)["value"]  # vectorised quantiles: a lambda per set cost 3 s at 1,000
+    summary = (pd.DataFrame({"median": groups.median(), "q1": groups.quantile(0.25), "q3": groups.quantile(0.75),
+                             "n": groups.count()})
                .reset_index().sort_values(["started", "set_id"]))
     if last is not None:
         kept = summary.drop_duplicates("set_id")["set_id"].tail(last)
