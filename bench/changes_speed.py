@@ -30,8 +30,10 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.analysis.changes import detect_changes  # noqa: E402
+from harness.analysis.changes import detect_changes, history_changes  # noqa: E402
 from harness.results import SCHEMA_VERSION  # noqa: E402
+from harness.results.history import metric_by_set, open_history  # noqa: E402
+from harness.results.metrics import METRICS  # noqa: E402
 
 START = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -86,10 +88,6 @@ def main() -> None:
         results = Path(tmp) / "results"
         for i in range(args.sets):
             write_set(results, i, 30.0 * (0.9 if i >= args.sets * 0.6 else 1.0), rng)
-        from harness.analysis.changes import history_changes
-        from harness.results.history import metric_by_set, open_history
-        from harness.results.metrics import METRICS
-
         start = time.perf_counter()
         con = open_history(None, results)
         steps = history_changes(metric_by_set(con, METRICS["decode_tps"], "arm=b cold", "local"))

@@ -1,21 +1,25 @@
 """``harness results changes``: the sets at which a metric stepped, per cell and board, with the revisions on each
-side (method: harness/analysis/changes.py). ``--new`` keeps only the steps the newest set made visible (found with
-it, not without it: what a nightly job has just confirmed); with ``$GITHUB_STEP_SUMMARY`` set, they are appended to
-the job summary as markdown."""
+side (method: harness/analysis/changes.py). ``--new`` keeps only the steps the newest set confirmed
+(``new_changes``: each step once, on the night it is confirmed); with ``$GITHUB_STEP_SUMMARY`` set, they are
+appended to the job summary as markdown."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import typer
 from rich.table import Table
 
 from harness.analysis.changes import METHOD, SetChange, history_changes, new_changes
-from harness.commands.common import ResultsOpt, console
+from harness.commands.common import ResultsOpt, console, frame_table
 from harness.commands.gate_report import append_step_summary
 from harness.commands.results import IncompleteOpt, SetsOpt, _history
 from harness.errors import UsageError
 from harness.results.metrics import METRICS, Metric
+
+CHANGE_COLUMNS = ["cell", "test", "before", "after", "effect %", "last set before", "rev before", "first set after",
+                  "rev after"]
 
 
 def changes(metric: str = typer.Argument(..., metavar="METRIC", help="a metric name (harness/results/metrics.py)"),
@@ -23,7 +27,7 @@ def changes(metric: str = typer.Argument(..., metavar="METRIC", help="a metric n
                                            help="a cell (repeatable); default: every cell measured on the target"),
             target: str = typer.Option(..., "--target", "-t", help="the board (target name)"),
             last: int = typer.Option(None, "--last", min=1, help="only the newest N sets that measured the cell"),
-            new: bool = typer.Option(False, "--new", help="only the steps the newest set made visible"),
+            new: bool = typer.Option(False, "--new", help="only the steps the newest set confirmed"),
             results: Path = ResultsOpt, set_ids: list[str] = SetsOpt, include_incomplete: bool = IncompleteOpt,
             ) -> None:
     """Find the sets where METRIC stepped (PELT change points over the per-set medians)."""
@@ -51,15 +55,11 @@ def changes(metric: str = typer.Argument(..., metavar="METRIC", help="a metric n
 
 
 def changes_table(found: list[tuple[str, SetChange]], metric: Metric, target: str) -> Table:
-    table = Table(title=f"change points of {metric.name} ({metric.unit}) on {target}: {len(found)}",
-                  title_justify="left")
-    for column in ("cell", "test", "before", "after", "effect %", "last set before", "rev", "first set after",
-                   "rev "):
-        table.add_column(column, justify="right" if column in ("before", "after", "effect %") else "left")
-    for name, c in found:
-        table.add_row(name, c.test or "", f"{c.change.before:.4g}", f"{c.change.after:.4g}",
-                      f"{c.change.effect_pct:+.1f}", c.set_before, c.rev_before, c.set_after, c.rev_after)
-    return table
+    rows = [{"cell": name, "test": c.test or "", "before": c.change.before, "after": c.change.after,
+             "effect %": f"{c.change.effect_pct:+.1f}", "last set before": c.set_before, "rev before": c.rev_before,
+             "first set after": c.set_after, "rev after": c.rev_after} for name, c in found]
+    return frame_table(pd.DataFrame(rows, columns=CHANGE_COLUMNS),
+                       f"change points of {metric.name} ({metric.unit}) on {target}: {len(found)}", floatfmt="{:.4g}")
 
 
 def markdown(found: list[tuple[str, SetChange]], metric: Metric, target: str) -> str:
