@@ -5,14 +5,16 @@ subreaper, never into the tree). Why the ppid scan and not /proc/PID/task/TID/ch
 
 The tree is recorded in the lines the native tools write::
 
-    # proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS     (at the first read that lists a thread of it, and
-                                                             again when its comm changed: an exec)
+    # proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS     (at the first read that lists a thread of it,
+                                                             again when its comm changed: an exec, and again
+                                                             once a cmd read empty can be read: mid-exec)
     # proc_end pid=P first_ns=F last_ns=L gone=0|1           (gone; gone=0: still there at the end)
 """
 
 import os
 
 CMD_BYTES = 128  # the head of the command line recorded
+CMD_RETRIES = 200  # reads of a cmd that read empty (a process read mid-exec, or a zombie): proctree.h says why
 
 
 def _stat(proc, pid):
@@ -47,7 +49,7 @@ class ProcessTree:
         self.proc, self.follow, self.lines = proc, follow, []
         found = _stat(proc, pid)
         self.followed = {pid: {"ppid": found[0] if found else 0, "comm": found[1] if found else "", "first": None,
-                               "last": None}}
+                               "last": None, "retries": 0}}
         self.outside = set()
 
     def _scan(self):
@@ -68,7 +70,7 @@ class ProcessTree:
             added = False
             for pid, (ppid, comm) in list(fresh.items()):
                 if ppid in self.followed:
-                    self.followed[pid] = {"ppid": ppid, "comm": comm, "first": None, "last": None}
+                    self.followed[pid] = {"ppid": ppid, "comm": comm, "first": None, "last": None, "retries": 0}
                     del fresh[pid]
                     added = True
         self.outside = seen | set(fresh)
@@ -89,11 +91,15 @@ class ProcessTree:
             if tids:
                 now = _stat(self.proc, pid) if entry["first"] is not None else None
                 renamed = now is not None and now[1] != entry["comm"]  # an exec since it was found
-                if entry["first"] is None or renamed:
+                cmd = _cmdline(self.proc, pid) if entry["first"] is None or renamed or entry["retries"] else ""
+                if entry["first"] is None or renamed or cmd:
                     entry["first"] = t_ns if entry["first"] is None else entry["first"]
                     entry["comm"] = now[1] if renamed else entry["comm"]
+                    entry["retries"] = 0 if cmd else CMD_RETRIES
                     self.lines.append("# proc t_ns=%d pid=%d ppid=%d\tcomm=%s\tcmd=%s\n" % (
-                        t_ns, pid, max(entry["ppid"], 0), entry["comm"], _cmdline(self.proc, pid)))
+                        t_ns, pid, max(entry["ppid"], 0), entry["comm"], cmd))
+                elif entry["retries"]:
+                    entry["retries"] -= 1
                 entry["last"] = t_ns
                 listed[pid] = tids
                 continue

@@ -90,6 +90,7 @@ struct proc {
     char task_dir[64], comm[PT_COMM_CAP];
     DIR *tasks; /* its task directory, kept open (proctree.h): bound to it, its link count the thread count */
     int listed_threads, reads_since_listing, has_threads;
+    int cmd_retries; /* its "# proc" line had an empty cmd: this many more reads of it (PT_CMD_RETRIES) */
     int64_t first_ns, last_ns; /* the first and last reads that listed a thread of it */
 };
 static struct proc procs[MAX_PROCS];
@@ -414,12 +415,29 @@ static int list_threads(struct proc *p, int relist) {
 }
 
 /* "# proc t_ns=T pid=P ppid=Q<TAB>comm=COMM<TAB>cmd=ARGS" (proctree.h), as the thread sampler writes it */
-static void put_proc(const struct proc *p, int64_t now) {
-    char cmd[128];
-    size_t n = proc_fd >= 0 ? pt_cmdline(proc_fd, (int)p->pid, cmd, sizeof cmd) : 0;
+static void put_proc_text(const struct proc *p, int64_t now, const char *cmd, size_t n) {
     out_len += pt_proc_line(out_buf + out_len, PT_LINE_CAP, (uint64_t)now, p->pid, p->ppid, p->comm, cmd, n);
     if (out_len > OUT_CAP - 4096) /* room for the next line, as put_comm_eol leaves it */
         flush_out();
+}
+
+static void put_proc(struct proc *p, int64_t now) {
+    char cmd[128];
+    size_t n = proc_fd >= 0 ? pt_cmdline(proc_fd, (int)p->pid, cmd, sizeof cmd) : 0;
+    p->cmd_retries = n || proc_fd < 0 ? 0 : PT_CMD_RETRIES;
+    put_proc_text(p, now, cmd, n);
+}
+
+/* a "# proc" line written mid-exec had no cmd: once it can be read, the line again with it (proctree.h) */
+static void retry_proc_cmd(struct proc *p, int64_t now) {
+    char cmd[128];
+    size_t n = pt_cmdline(proc_fd, (int)p->pid, cmd, sizeof cmd);
+    if (!n) {
+        p->cmd_retries--;
+        return;
+    }
+    p->cmd_retries = 0;
+    put_proc_text(p, now, cmd, n);
 }
 
 /* "# proc_end pid=P first_ns=F last_ns=L gone=0|1" */
@@ -480,6 +498,8 @@ static void list_tree(int64_t now) {
             if (pt_stat(proc_fd, (int)p->pid, &ppid, comm, sizeof comm) == 0 && strcmp(comm, p->comm)) {
                 memcpy(p->comm, comm, sizeof comm);
                 put_proc(p, now);
+            } else if (p->cmd_retries) {
+                retry_proc_cmd(p, now);
             }
         }
         if (alive || !p->first_ns) { /* a process never seen alive is dropped without a line */

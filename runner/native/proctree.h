@@ -121,6 +121,12 @@ static int pt_stat(int procfd, int pid, int *ppid, char *comm, size_t cap)
 
 /* the head of procfd/PID/cmdline (pid -1: procfd is /proc/PID itself; arguments joined by spaces, control
  * characters as '?') into buf; its length */
+/* Reads of an empty command line retried after a "# proc" line that had none, one per sample. exec sets the new
+ * comm (begin_new_exec) before the loader points the new mm at its arguments (create_elf_tables), so a process
+ * read in between has the new comm and an empty /proc/PID/cmdline for a few microseconds; a zombie keeps it
+ * empty, hence the bound (200 reads: 1 s at the sampler's 5 ms period, 10 s at the counters' 50 ms). */
+#define PT_CMD_RETRIES 200
+
 static size_t pt_cmdline(int procfd, int pid, char *buf, size_t cap)
 {
     char rel[32];

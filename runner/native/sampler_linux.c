@@ -208,6 +208,7 @@ struct threads_ctx { /* one process of the step's tree */
     char comm[PT_COMM_CAP]; /* the process's comm when it was found */
     uint64_t first_ns, last_ns; /* the first and last samples that saw it */
     int announced; /* its "# proc" line is written */
+    int cmd_retries; /* that line had an empty cmd: this many more reads of it (PT_CMD_RETRIES) */
     int pid_dirfd; /* /proc/PID, bound to this process even if the pid is reused later */
     DIR *taskdir;  /* /proc/PID/task, kept open: its link count is 2 + the number of threads */
     int count_ok;  /* the link count matched the listing at the last scan (else: rescan every ~100 ms) */
@@ -812,6 +813,20 @@ static void proc_announce(struct threads_ctx *c, uint64_t t)
     if (!c->announced)
         c->first_ns = t;
     c->announced = 1;
+    c->cmd_retries = n ? 0 : PT_CMD_RETRIES;
+    out_mem(line, pt_proc_line(line, sizeof line, t, c->pid, c->ppid, c->comm, cmd, n));
+}
+
+/* a "# proc" line written mid-exec had no cmd: once it can be read, the line again with it (proctree.h) */
+static void proc_retry_cmd(struct threads_ctx *c, uint64_t t)
+{
+    char cmd[128], line[PT_LINE_CAP];
+    size_t n = pt_cmdline(c->pid_dirfd, -1, cmd, sizeof cmd);
+    if (!n) {
+        c->cmd_retries--;
+        return;
+    }
+    c->cmd_retries = 0;
     out_mem(line, pt_proc_line(line, sizeof line, t, c->pid, c->ppid, c->comm, cmd, n));
 }
 
@@ -876,6 +891,8 @@ static int tree_sample(void *vctx, uint64_t t)
                                                                                   : PT_COMM_CAP - 1);
             c->comm[c->tasks[0].comm_len < PT_COMM_CAP ? c->tasks[0].comm_len : PT_COMM_CAP - 1] = '\0';
             proc_announce(c, t);
+        } else if (c->cmd_retries) {
+            proc_retry_cmd(c, t);
         }
         tr->procs[k++] = c;
     }
