@@ -6,7 +6,8 @@ it was asleep in its blocking calls, minus the runqueue wait its own schedstat s
 sees off CPU, whatever the machine's load). The sampled share of the thread's class must be within 10 percentage
 points of that truth (the two CPUs here are oversubscribed by the busy and barrier threads: before the sampler asked
 for a short slice it was woken at the next scheduling event, just after some thread blocked, and I/O and futex
-classes came out 3-19 points high; now within 6); every class is seen where present and not where absent. The
+classes came out 3-19 points high; now within 6), widened by the share of the CPUs the hypervisor stole meanwhile
+(stolen time is on none of the workload's clocks); every class is seen where present and not where absent. The
 classification of syscalls the machine cannot produce here (an ioctl on a GPU device) is checked on a fake /proc tree
 (``--root``).
 
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +40,17 @@ from tests.helpers import wait_for, workload_files
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "sampler"
 PP = 0.10  # 10 percentage points
+
+
+def stolen_ticks() -> int:
+    """The hypervisor's steal so far, all CPUs (/proc/stat's eighth cpu field, in clock ticks; 0 off a VM)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) if len(fields) > 8 else 0
+
+
+def steal_share(ticks: int, seconds: float) -> float:
+    """The share of the machine's CPU time the hypervisor took over ``seconds`` of wall time."""
+    return ticks / (os.sysconf("SC_CLK_TCK") * seconds * (os.cpu_count() or 1))
 ROLE_CLASS = {"barrier": "futex", "fault": "fault_io", "pread": "read_io", "sleep": "idle"}
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux /proc")
@@ -149,6 +162,7 @@ def sampled_workload(native: Path, run_dir: Path, args: list[str]) -> tuple[dict
     short slice gets it a CPU when its timer fires only against threads of its own nice or lower (with the
     workload at -15 and the sampler at 0 its samples were 2 ms late at p90 and fault_io 20 points high)."""
     nice = ["nice", "-n", "-15"] if os.geteuid() == 0 else []
+    stolen, began = stolen_ticks(), time.monotonic()
     proc = subprocess.Popen([*nice, str(native / "workload"), *args, "--out", str(run_dir / "truth.json")])
     sampler = Sampler([str(native / "sampler"), "threads", str(proc.pid), "--period-ms", "5"],
                       str(run_dir / "threads.txt"))
@@ -161,7 +175,9 @@ def sampled_workload(native: Path, run_dir: Path, args: list[str]) -> tuple[dict
         error = sampler.stop()
     assert error is None
     rows = parse("sampler-threads", (run_dir / "threads.txt").read_bytes())
-    return json.loads((run_dir / "truth.json").read_text()), rows
+    truth = json.loads((run_dir / "truth.json").read_text())
+    truth["steal"] = steal_share(stolen_ticks() - stolen, time.monotonic() - began)
+    return truth, rows
 
 
 def class_shares(rows: list[dict], thread: dict) -> tuple[Counter, int]:
@@ -178,7 +194,15 @@ def test_sampled_classes_match_the_workloads_own_truth(native: Path, cold_files:
         "--seconds", "4", "--busy", "1", "--barrier", "3:2000us", "--fault", cold_files["fault"],
         "--pread", cold_files["pread"], "--sleep", "1", "--sleep-us", "20000"])
     assert rows and all(r["class"] in (None, *CLASSES) for r in rows)
-    report = []
+    # A vCPU the hypervisor takes away mid-run is on no clock the workload reads (CLOCK_THREAD_CPUTIME_ID and
+    # schedstat leave steal out with PARAVIRT_TIME_ACCOUNTING), so the truth counts it asleep while the sampler
+    # saw the thread R. It lands on the threads that do I/O: every virtio request is a VM exit taken in the
+    # submitting thread (fio 4 KiB direct reads here: ~8 us stolen per read). Runs of this test with 1-14 % of
+    # the machine stolen put fault_io 5-18 points under its truth, growing with the steal; the tolerance grows by
+    # the measured share, so a noisy neighbour widens it and a misclassification still fails.
+    steal = truth["steal"]
+    tolerance = PP + steal
+    report = [f"steal {steal:.1%} of the CPUs: tolerance {tolerance:.3f}"]
     for thread in truth["threads"]:
         shares, n = class_shares(rows, thread)
         assert n >= 100, f"{thread['role']}: only {n} samples in its phase"
@@ -190,7 +214,7 @@ def test_sampled_classes_match_the_workloads_own_truth(native: Path, cold_files:
             expected, got = thread["asleep_ns"] / thread["wall_ns"], shares[own]
             assert got > 0, f"{thread['role']}: class {own} never sampled"  # detected where present
         report.append(f"{thread['role']}{thread['index']}: {own} sampled {got:.3f} truth {expected:.3f} (n={n})")
-        assert abs(got - expected) <= PP, "\n".join(report)
+        assert abs(got - expected) <= tolerance, "\n".join(report)
         foreign = {c: s for c, s in shares.items() if c not in (own, "running", "other", None)}
         # absent where not present: no other role's class (a stray fault on a new stack page aside)
         assert all(s <= 0.02 for s in foreign.values()), f"{thread['role']}: {foreign}"
