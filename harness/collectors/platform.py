@@ -55,7 +55,7 @@ class PlatformCollector(CollectorKind):
 
 
 class WallClockCollector(PlatformCollector):
-    """Rows of a tool that stamps wall-clock seconds (tegrastats) get ``t_ns`` on the run's monotonic
+    """Rows of a tool that stamps wall-clock seconds (tegrastats, powermetrics) get ``t_ns`` on the run's monotonic
     axis from the clock pair the runner wrote at start; rows without a stamp are spaced by the period."""
 
     def ingest(self, run_dir: Path, record: RunRecord) -> dict[str, Rows]:
@@ -68,7 +68,9 @@ class WallClockCollector(PlatformCollector):
                          if c.get("kind") == self.name), 1000) / 1000
         for index, row in enumerate(tables.get(self.table, [])):
             stamp = row.get("timestamp")
-            if stamp:
+            if isinstance(row.get("wall_s"), float):  # powermetrics: the stamp with its own UTC offset
+                wall = row["wall_s"]
+            elif stamp:
                 local = datetime.fromisoformat(stamp).replace(tzinfo=timezone.utc).timestamp()
                 wall = local - clock["utc_offset_s"]  # the board printed local time
             else:
@@ -89,7 +91,8 @@ class VmstatCollector(PlatformCollector):
 
 
 def _kind(name: str, table: str, raw_file: str, parser: str, config: type[PlatformConfig], doc: str) -> None:
-    base = {"tegrastats": WallClockCollector, "vmstat": VmstatCollector}.get(name, PlatformCollector)
+    bases = {"tegrastats": WallClockCollector, "powermetrics": WallClockCollector, "vmstat": VmstatCollector}
+    base = bases.get(name, PlatformCollector)
     cls = type(name.title().replace("_", ""), (base,),
                {"name": name, "table": table, "raw_file": raw_file, "parser": parser, "Config": config,
                 "__doc__": doc})

@@ -7,6 +7,7 @@ what the harness reads there for block I/O, memory pressure and power.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 from ._common import numbered_lines
 from .base import ParseError, register_parser
@@ -99,14 +100,16 @@ def parse_vm_stat(data: bytes) -> list[SnapshotRow]:
 
 @register_parser("powermetrics")
 def parse_powermetrics(data: bytes) -> list[ToolRow]:
-    """One row per ``*** Sampled system activity`` block: power_<cpu|gpu|ane|combined>_mw, cluster
-    frequencies and residencies, GPU frequency, die temperatures (Intel), thermal pressure."""
+    """One row per ``*** Sampled system activity`` block: its stamp (``wall_s``: Unix seconds, whole seconds as
+    printed), power_<cpu|gpu|ane|combined>_mw, cluster frequencies and residencies, GPU frequency, die temperatures
+    (Intel), thermal pressure."""
     rows: list[ToolRow] = []
     row: ToolRow | None = None
     for _number, line in numbered_lines(data):
         line = line.strip()
         if sample := _PM_SAMPLE.match(line):
-            row = {"sample_time": sample.group(1), "elapsed_ms": float(sample.group(2))}
+            row = {"sample_time": sample.group(1), "wall_s": _stamp_seconds(sample.group(1)),
+                   "elapsed_ms": float(sample.group(2))}
             rows.append(row)
             continue
         if row is None:
@@ -128,6 +131,14 @@ def parse_powermetrics(data: bytes) -> list[ToolRow]:
     if not rows:
         raise ParseError("no '*** Sampled system activity' block (expected powermetrics output)")
     return rows
+
+
+def _stamp_seconds(stamp: str) -> float | None:
+    """``Fri Sep 11 13:41:46 2026 -0700`` as Unix seconds (its own UTC offset); None for another shape."""
+    try:
+        return datetime.strptime(stamp, "%a %b %d %H:%M:%S %Y %z").timestamp()
+    except ValueError:
+        return None
 
 
 def _key_values(data: bytes, what: str) -> dict[str, str]:
