@@ -144,3 +144,14 @@ def test_request_windows_give_prefill_and_decode_rows() -> None:
     assert (prefill["phase"], decode["phase"]) == ("prefill", "decode")
     assert prefill["j_per_token"] == pytest.approx(13.4425 / 8)
     assert decode["energy_j"] == pytest.approx(14.664) and decode["j_per_token"] == pytest.approx(3.666)
+
+
+def test_a_gap_in_the_readings_leaves_the_window_uncovered() -> None:
+    # xavier nx lines 4-6 (20 W) print no rails: spaced 1 s apart with a 15 W line after them, the window across
+    # them has a 4 s gap (> 3 periods) between readings: null, not an interpolation over seconds nobody measured
+    rows = tegrastats_rows(DATA / "tegrastats" / "xavier-nx-jp4-15w-20w.log")
+    rows.append({**rows[0], "t_ns": 6 * S})
+    series = energy.power_series(rows, "tegrastats")
+    assert series is not None and series.period_ms == 1000
+    assert energy.window_energy(series, 0, 2 * S) == pytest.approx(28.1065)  # lines 1-3, as before
+    assert energy.window_energy(series, S, 6 * S) is None

@@ -32,6 +32,7 @@ TOTAL_RAILS: dict[str, tuple[str, ...]] = {
     "powermetrics": ("power_combined_mw",),
     "power": ("power_battery_discharge_mw",),
 }
+GAP_PERIODS = 3  # a window with a gap of more than this many sampling periods between readings is not covered
 SUMMED_SOURCES = ("tegrastats", "jtop")  # no total rail: the module's rails summed (AGX Orin, AGX Xavier)
 NO_SENSOR = ("no power sensor on this board (no tegrastats/jtop rail, powermetrics, discharging power_supply, "
              "RAPL or hwmon power): energy columns are null")
@@ -124,6 +125,10 @@ def window_energy(series: PowerSeries, start_ns: int, end_ns: int) -> float | No
     t = series.t_ns
     if end_ns <= start_ns or start_ns < t[0] or end_ns > t[-1]:
         return None
+    first, last = max(int(np.searchsorted(t, start_ns, side="right")) - 1, 0), int(np.searchsorted(t, end_ns))
+    period = series.period_ms
+    if period and np.diff(t[first:last + 1]).max(initial=0) > GAP_PERIODS * period * 1e6:
+        return None  # readings missing inside the window (a battery on its charger, rail-less lines): not covered
     if series.joules is not None:
         ends = np.interp([start_ns, end_ns], t, series.joules)
         return float(ends[1] - ends[0])

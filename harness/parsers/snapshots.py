@@ -183,22 +183,62 @@ def parse_thermal(data: bytes) -> list[SnapshotRow]:
     return rows
 
 
-@register_parser("power")
-def parse_power(data: bytes) -> list[SnapshotRow]:
-    """One row per snapshot: per supply ``<name>_current_ua``, ``_voltage_uv`` and ``_power_mw`` (|I x V|)."""
-    rows = []
+# power_supply units: the ABI says uA and uV, some vendor drivers print mA and mV. A battery is 2.5-20 V, so a
+# voltage below 100000 is mV; a board that measures energy draws 10 mA at the very least, so a supply whose current
+# never reaches 10000 in a whole capture is in mA (the cut-off the Android charging controller acc applies to the
+# same files).
+MV_BELOW = 100_000
+MA_BELOW = 10_000
+DISCHARGE = "power_battery_discharge_mw"
+
+
+def _supply_lines(data: bytes) -> list[tuple[int | None, float | None, list[tuple[int, str, int, int | None,
+                                                                                     str | None, str | None]]]]:
+    out = []
     for t_ns, wall, lines in snapshots(data):
-        row: SnapshotRow = {"t_ns": t_ns, "wall_s": wall}
+        supplies = []
         for number, line in lines:
             parts = line.split()
-            if len(parts) != 3 or not parts[1].lstrip("-").isdigit():
-                raise ParseError(f"expected '<supply> <current_now uA> <voltage_now uV|->', got {line!r}", line=number)
-            name = parts[0].lower().replace("-", "_")
-            current = int(parts[1])
+            if len(parts) not in (3, 5) or not parts[1].lstrip("-").isdigit():
+                raise ParseError(f"expected '<supply> <current_now uA> <voltage_now uV|-> [<type> <status>]', got "
+                                 f"{line!r}", line=number)
             voltage = int(parts[2]) if parts[2].lstrip("-").isdigit() else None
-            row[f"{name}_current_ua"], row[f"{name}_voltage_uv"] = current, voltage
-            # sign conventions differ between vendors (charging vs discharging): report magnitude
-            row[f"power_{name}_mw"] = abs(current * voltage) / 1e9 if voltage is not None else None
+            kind, status = (parts[3], parts[4]) if len(parts) == 5 else (None, None)
+            supplies.append((number, parts[0].lower().replace("-", "_"), int(parts[1]), voltage,
+                             None if kind == "-" else kind, None if status == "-" else status))
+        out.append((t_ns, wall, supplies))
+    return out
+
+
+@register_parser("power")
+def parse_power(data: bytes) -> list[SnapshotRow]:
+    """One row per snapshot: per supply ``<name>_current_ua``, ``_voltage_uv`` (in the ABI's units, vendor mA and mV
+    scaled), ``_power_mw`` (|I x V|) and ``<name>_discharging`` (1/0, where the runner read type and status), and
+    ``power_battery_discharge_mw``: the batteries' draw when every battery discharges, else null (on a charger the
+    battery's reading is not the board's draw). The sign of current_now is not used for it: the ABI says negative
+    while discharging, many vendor drivers print it positive; the status file says which."""
+    parsed = _supply_lines(data)
+    peak: dict[str, int] = {}
+    for _t, _w, supplies in parsed:
+        for _n, name, current, _v, _k, _s in supplies:
+            peak[name] = max(peak.get(name, 0), abs(current))
+    rows = []
+    for t_ns, wall, supplies in parsed:
+        row: SnapshotRow = {"t_ns": t_ns, "wall_s": wall}
+        draws: list[float | None] = []
+        for _number, name, current, voltage, kind, status in supplies:
+            scale = 1000 if 0 < peak[name] < MA_BELOW else 1
+            current_ua = current * scale
+            voltage_uv = None if voltage is None else voltage * (1000 if 0 < abs(voltage) < MV_BELOW else 1)
+            row[f"{name}_current_ua"], row[f"{name}_voltage_uv"] = current_ua, voltage_uv
+            power = abs(current_ua * voltage_uv) / 1e9 if voltage_uv is not None else None
+            row[f"power_{name}_mw"] = power
+            if kind is not None:
+                row[f"{name}_discharging"] = int(status == "Discharging")
+            if kind == "Battery":
+                draws.append(power if status == "Discharging" else None)
+        if draws:
+            row[DISCHARGE] = None if None in draws else sum(d for d in draws if d is not None)
         rows.append(row)
     return rows
 

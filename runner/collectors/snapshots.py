@@ -38,13 +38,21 @@ def _snapshot_thermal():
     return "\n".join(lines) + "\n"
 
 
+def _word(path):
+    """A sysfs word as one token ("Not charging" -> "Not_charging"), "-" where the file is absent or empty."""
+    return "_".join((read_text(path, "") or "").split()) or "-"
+
+
 def _snapshot_power():
+    # type and status say whether a reading is the board's draw (a discharging battery): the sign of current_now
+    # is not to be trusted for it (vendors differ), the status is
     lines = []
     for path in sorted(glob.glob(sysroot.path("/sys/class/power_supply/*"))):
         current = (read_text(path + "/current_now", "") or "").strip()
         voltage = (read_text(path + "/voltage_now", "") or "").strip()
         if current:
-            lines.append("%s %s %s" % (os.path.basename(path), current, voltage or "-"))
+            lines.append("%s %s %s %s %s" % (os.path.basename(path), current, voltage or "-", _word(path + "/type"),
+                                             _word(path + "/status")))
     return "\n".join(lines) + "\n"
 
 
