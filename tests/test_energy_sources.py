@@ -73,3 +73,83 @@ def test_an_older_capture_without_type_and_status_has_no_discharge_column() -> N
     rows = parse("power", b"@ 1000 1.0\nbattery -512000 3851000\nusb 0 -\n")
     assert rows[0]["power_battery_mw"] == pytest.approx(1971.712)
     assert "power_battery_discharge_mw" not in rows[0]
+
+
+def rapl_zone(root: Path, zone: str, name: str, energy_uj: int, max_uj: int = 999) -> None:
+    folder = root / "sys" / "class" / "powercap" / zone
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, value in (("name", name), ("energy_uj", str(energy_uj)), ("max_energy_range_uj", str(max_uj))):
+        (folder / key).write_text(value + "\n")
+
+
+def snapshot_file(kind: str, states: list[dict[str, int]], write: object, root: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> bytes:
+    """The collector's file over several states of the tree, one second apart (``write(root, **state)``)."""
+    monkeypatch.setattr(sysroot, "ROOT", str(root))
+    out = b"# harness-snapshots v1 kind=%s period_ms=1000\n" % kind.encode()
+    for i, state in enumerate(states):
+        write(root, **state)  # type: ignore[operator]
+        out += b"@ %d %d.0\n" % (i * S, i) + snapshots.SNAPSHOTS[kind]().encode()
+    return out
+
+
+def test_rapl_package_counter_unwrapped_across_its_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # package-0 reads 900, 100, 400 uJ at 0, 1, 2 s with max_energy_range_uj 999: 900 -> 100 wrapped once,
+    # (999 - 900 + 1) + 100 = 200 uJ, then 300 uJ: 500 uJ in all. Its core subzone (intel-rapl:0:0, part of the
+    # package) reads 9000 uJ more every second and is never added
+    def write(root: Path, package: int, core: int) -> None:
+        rapl_zone(root, "intel-rapl:0", "package-0", package)
+        rapl_zone(root, "intel-rapl:0:0", "core", core, max_uj=10**9)
+
+    text = snapshot_file("rapl", [{"package": 900, "core": 0}, {"package": 100, "core": 9000},
+                                  {"package": 400, "core": 18000}], write, tmp_path, monkeypatch)
+    rows = parse("rapl", text)
+    assert [r["rapl_0_energy_uj"] for r in rows] == [900, 100, 400] and rows[0]["rapl_0_max_uj"] == 999
+    assert rows[0]["rapl_0_0_name"] == "core"
+    series = energy.board_series({"rapl": rows})
+    assert series is not None and (series.source, series.rail) == ("rapl", "package-0")
+    assert energy.window_energy(series, 0, 2 * S) == pytest.approx(500e-6)
+    assert energy.window_energy(series, 0, S) == pytest.approx(200e-6)
+
+
+def test_rapl_psys_is_the_platform_total_where_present(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a laptop's psys zone (intel-rapl:1) covers the package: it is the rail; 5000 -> 12000 uJ over 1 s = 7 mJ
+    def write(root: Path, package: int, psys: int) -> None:
+        rapl_zone(root, "intel-rapl:0", "package-0", package, max_uj=10**9)
+        rapl_zone(root, "intel-rapl:1", "psys", psys, max_uj=10**9)
+
+    text = snapshot_file("rapl", [{"package": 1000, "psys": 5000}, {"package": 4000, "psys": 12000}], write,
+                         tmp_path, monkeypatch)
+    series = energy.board_series({"rapl": parse("rapl", text)})
+    assert series is not None and series.rail == "psys"
+    assert energy.window_energy(series, 0, S) == pytest.approx(7e-3)
+
+
+def test_hwmon_power_channels_in_microwatts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # hwmon0 (ina226, labelled VBUS) reads 4200000 then 4800000 uW: (4.2 + 4.8) / 2 W x 1 s = 4.5 J
+    def write(root: Path, uw: int) -> None:
+        chip = root / "sys" / "class" / "hwmon" / "hwmon0"
+        chip.mkdir(parents=True, exist_ok=True)
+        (chip / "name").write_text("ina226\n")
+        (chip / "power1_input").write_text(f"{uw}\n")
+        (chip / "power1_label").write_text("VBUS\n")
+
+    rows = parse("hwmon", snapshot_file("hwmon", [{"uw": 4_200_000}, {"uw": 4_800_000}], write, tmp_path,
+                                        monkeypatch))
+    assert rows[0]["power_ina226_vbus_mw"] == 4200.0
+    series = energy.board_series({"hwmon": [{**r, "source": "hwmon"} for r in rows]})
+    assert series is not None and series.rail == "INA226_VBUS"
+    assert energy.window_energy(series, 0, S) == pytest.approx(4.5)
+
+
+def test_no_sensor_is_one_line_per_collector(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an empty tree (this machine has neither powercap nor hwmon power): each collector says why in one line
+    from runner.collectors.availability import unavailable_reason
+
+    monkeypatch.setattr(sysroot, "ROOT", str(tmp_path))
+    for kind in ("rapl", "hwmon", "power"):
+        reason = unavailable_reason(kind)
+        assert reason and "\n" not in reason
+    assert unavailable_reason("rapl").startswith("no power sensor")  # type: ignore[union-attr]
+    assert unavailable_reason("hwmon").startswith("no power sensor")  # type: ignore[union-attr]
+    assert energy.board_series({"thermal": [{"t_ns": 0}, {"t_ns": S}]}) is None

@@ -33,7 +33,11 @@ TOTAL_RAILS: dict[str, tuple[str, ...]] = {
     "power": ("power_battery_discharge_mw",),
 }
 GAP_PERIODS = 3  # a window with a gap of more than this many sampling periods between readings is not covered
-SUMMED_SOURCES = ("tegrastats", "jtop")  # no total rail: the module's rails summed (AGX Orin, AGX Xavier)
+# no total rail: the rails summed (AGX Orin, AGX Xavier; hwmon's channels, each named in the rail)
+SUMMED_SOURCES = ("tegrastats", "jtop", "hwmon")
+# where a board has several, the one nearest its whole input: the module's input rail, then the SoC's, the
+# battery's, the CPU package's
+SOURCE_ORDER = ("tegrastats", "jtop", "powermetrics", "power", "rapl", "hwmon")
 NO_SENSOR = ("no power sensor on this board (no tegrastats/jtop rail, powermetrics, discharging power_supply, "
              "RAPL or hwmon power): energy columns are null")
 ENERGY_COLUMNS = ("source", "rail", "period_ms", "window_s", "energy_j", "power_w", "tokens", "j_per_token",
@@ -79,6 +83,8 @@ def _rails(rows: Sequence[Mapping[str, Any]], source: str) -> tuple[list[str], s
     picked = [c for c in present if not c.endswith(("_avg_mw", "_max_mw"))]
     if not picked:
         return None
+    if len(picked) == 1:
+        return picked, _rail_name(picked[0])
     return picked, "sum(" + "+".join(_rail_name(c) for c in picked) + ")"
 
 
@@ -118,6 +124,40 @@ def counter_series(t_ns: Sequence[int], energy_uj: Sequence[int], max_uj: int, s
     t = np.array(t_ns, dtype=np.int64)[order]
     joules = unwrap_counter([energy_uj[i] for i in order], max_uj) / 1e6
     return PowerSeries(source, rail, t, joules=joules)
+
+
+def rapl_series(rows: Sequence[Mapping[str, Any]]) -> PowerSeries | None:
+    """The rapl collector's rows as one counter: the ``psys`` zone (the whole platform, where the firmware has it),
+    else the sum of the top-level (package) zones; subzones (core, uncore, dram) are parts of those, never added."""
+    timed = sorted((r for r in rows if _number(r.get("t_ns")) is not None), key=lambda r: r["t_ns"])
+    names = {key[len("rapl_"):-len("_name")]: value for r in timed for key, value in r.items()
+             if key.startswith("rapl_") and key.endswith("_name") and isinstance(value, str)}
+    top = sorted(zone for zone in names if zone.isdigit())
+    chosen = [z for z in top if names[z] == "psys"] or top
+    if not chosen:
+        return None
+    keys = [f"rapl_{zone}_energy_uj" for zone in chosen]
+    usable = [r for r in timed if all(_number(r.get(k)) is not None for k in keys)]
+    if len(usable) < 2:
+        return None
+    joules = np.zeros(len(usable))
+    for zone, key in zip(chosen, keys, strict=True):
+        wrap = next((int(v) for r in usable if (v := _number(r.get(f"rapl_{zone}_max_uj"))) is not None), None)
+        raw = [int(r[key]) for r in usable]
+        joules += unwrap_counter(raw, wrap if wrap else 2**63 - 1) / 1e6
+    rail = names[chosen[0]] if len(chosen) == 1 else "sum(" + "+".join(names[z] for z in chosen) + ")"
+    return PowerSeries("rapl", rail, np.array([int(r["t_ns"]) for r in usable], dtype=np.int64), joules=joules)
+
+
+def board_series(rows_by_source: Mapping[str, Sequence[Mapping[str, Any]]]) -> PowerSeries | None:
+    """The board's power: the first source, in ``SOURCE_ORDER``, whose rows give a series; None: no sensor."""
+    for source in SOURCE_ORDER:
+        rows = rows_by_source.get(source)
+        if rows:
+            series = rapl_series(rows) if source == "rapl" else power_series(rows, source)
+            if series is not None:
+                return series
+    return None
 
 
 def window_energy(series: PowerSeries, start_ns: int, end_ns: int) -> float | None:

@@ -108,6 +108,9 @@ _kind("vmstat", "memory", "vmstat.txt", "vmstat", _config(200),
 _kind("psi", "memory", "psi.txt", "psi", _config(500), "/proc/pressure/{memory,io,cpu,irq}: stall averages and totals.")
 _kind("thermal", "telemetry", "thermal.txt", "thermal", _config(1000), "Every thermal zone's temperature.")
 _kind("power", "telemetry", "power.txt", "power", _config(500), "power_supply current_now x voltage_now (battery).")
+_kind("rapl", "telemetry", "rapl.txt", "rapl", _config(500),
+      "Intel/AMD RAPL powercap zones: cumulative energy_uj (wrapping at max_energy_range_uj) per zone.")
+_kind("hwmon", "telemetry", "hwmon.txt", "hwmon", _config(500), "hwmon power*_input channels (uW), by chip and label.")
 _kind("iostat", "iostat", "iostat.txt", "iostat", _config(1000, 1000),
       "macOS iostat -d -w SECONDS: per disk KB/t, tps, MB/s.")
 _kind("vm_stat", "memory", "vm_stat.txt", "vm_stat", _config(1000, 200),

@@ -15,6 +15,7 @@ from harness.parsers import (  # noqa: F401  (each registers its parsers)
     bmoe,
     bmoe_route,
     counters,
+    energy_counters,
     fio,
     getprop,
     jetson_clocks,

@@ -44,6 +44,15 @@ def unavailable_reason(kind):
     if kind == "power":
         found = glob.glob(sysroot.path("/sys/class/power_supply/*/current_now"))
         return None if found else "no power_supply with current_now"
+    if kind == "rapl":
+        zones = glob.glob(sysroot.path("/sys/class/powercap/intel-rapl:*/energy_uj"))
+        if not zones:
+            return "no power sensor: no /sys/class/powercap/intel-rapl:*/energy_uj (no RAPL on this machine)"
+        readable = [z for z in zones if os.access(z, os.R_OK)]
+        return None if readable else "RAPL energy_uj is readable by root only (Linux >= 5.10): run the runner as root"
+    if kind == "hwmon":
+        found = glob.glob(sysroot.path("/sys/class/hwmon/hwmon*/power*_input"))
+        return None if found else "no power sensor: no /sys/class/hwmon/hwmon*/power*_input on this machine"
     if kind == "jtop":
         return jtop_reason()
     return "unknown collector %s" % kind

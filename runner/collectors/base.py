@@ -1,7 +1,7 @@
 """What every collector module shares: the kinds of platform collectors and the errors."""
 
 PROCESS_KINDS = ("tegrastats", "iostat", "powermetrics")  # runner.collectors.tools
-THREAD_KINDS = ("vmstat", "psi", "thermal", "power", "vm_stat", "jtop")  # snapshots, jetson_stats
+THREAD_KINDS = ("vmstat", "psi", "thermal", "power", "rapl", "hwmon", "vm_stat", "jtop")  # snapshots, jetson_stats
 KINDS = PROCESS_KINDS + THREAD_KINDS
 
 

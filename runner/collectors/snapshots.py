@@ -1,4 +1,5 @@
-"""Files sampled by a Python thread: /proc/vmstat, /proc/pressure/*, thermal zones, power supplies, macOS vm_stat.
+"""Files sampled by a Python thread: /proc/vmstat, /proc/pressure/*, thermal zones, power supplies, RAPL energy
+counters, hwmon power channels, macOS vm_stat.
 
 Sampled files use one snapshot format, so the raw bytes stay the kernel's own::
 
@@ -56,13 +57,38 @@ def _snapshot_power():
     return "\n".join(lines) + "\n"
 
 
+def _snapshot_rapl():
+    # every zone (package-N, psys, and their core/uncore/dram subzones), its counter and where it wraps: the
+    # controller picks the total and unwraps (harness/analysis/energy.py)
+    lines = []
+    for zone in sorted(glob.glob(sysroot.path("/sys/class/powercap/intel-rapl:*"))):
+        energy = (read_text(zone + "/energy_uj", "") or "").strip()
+        if energy:
+            lines.append("%s %s %s %s" % (os.path.basename(zone), _word(zone + "/name"), energy,
+                                          _word(zone + "/max_energy_range_uj")))
+    return "\n".join(lines) + "\n"
+
+
+def _snapshot_hwmon():
+    # power*_input in uW (the hwmon ABI), with the chip's name and the channel's label where it has one
+    lines = []
+    for found in sorted(glob.glob(sysroot.path("/sys/class/hwmon/hwmon*/power*_input"))):
+        chip, channel = os.path.dirname(found), os.path.basename(found)[:-len("_input")]
+        value = (read_text(found, "") or "").strip()
+        if value:
+            lines.append("%s %s %s %s %s" % (os.path.basename(chip), _word(chip + "/name"), channel, value,
+                                             _word(os.path.join(chip, channel + "_label"))))
+    return "\n".join(lines) + "\n"
+
+
 def _snapshot_vm_stat():
     out, _err = run_tool(["vm_stat"], timeout=5)
     return out or ""
 
 
 SNAPSHOTS = {"vmstat": _snapshot_vmstat, "psi": _snapshot_psi, "thermal": _snapshot_thermal,
-             "power": _snapshot_power, "vm_stat": _snapshot_vm_stat}
+             "power": _snapshot_power, "vm_stat": _snapshot_vm_stat, "rapl": _snapshot_rapl,
+             "hwmon": _snapshot_hwmon}
 
 
 class Snapshotter:
