@@ -28,6 +28,7 @@ from harness.campaign.target import run_target
 from harness.config.target import Target
 from harness.results.manifest import Prepared, RunEntry
 from harness.results.store import ResultSetWriter
+from harness.results.tables import ENERGY
 from harness.steps import STEPS
 
 __all__ = ["Campaign", "CampaignResult", "Progress", "QuietProgress", "stopping"]
@@ -165,6 +166,17 @@ def planned(target: Target, run: PlannedRun) -> RunEntry:
     return entry
 
 
+def _energy(ctx: CampaignContext, writer: ResultSetWriter) -> int:
+    """The energy table (before the set's SHA256SUMS); a failure here never loses the set, it says so."""
+    from harness.campaign.energy import write_energy  # pandas, like write_tables
+
+    try:
+        return write_energy(writer, ctx.progress.message)
+    except Exception as exc:  # noqa: BLE001 - the other tables are written; energy is derived from them
+        ctx.progress.message(f"energy table not written ({exc})")
+        return 0
+
+
 def finish(ctx: CampaignContext, writer: ResultSetWriter, complete: bool) -> CampaignResult:
     # Tables come from whatever runs finished, even after an interrupt; the set is renamed to
     # its final name only when complete. Figures and report are derived, so they come last.
@@ -174,6 +186,7 @@ def finish(ctx: CampaignContext, writer: ResultSetWriter, complete: bool) -> Cam
     with stopping.deferred(raise_after=False):
         stopping.checkpoint("tables")
         counts = write_tables(writer.path, writer.manifest)
+        counts[ENERGY.name] = _energy(ctx, writer)
         path = writer.finish(complete=complete)
     interrupted = stopping.take_pending()
     figures: list[Path] = []

@@ -131,6 +131,18 @@ class Confirms(TypedDict):
     rounds: int
 
 
+class EnergyMethod(TypedDict, total=False):
+    """How a target's energy was measured (harness/campaign/energy.py): the source and its rail, the sampling period,
+    the integration rule, the idle baseline (None: none measured); ``note``: why there is no energy, one line."""
+
+    source: str | None
+    rail: str | None
+    period_ms: float | None
+    integration: str
+    idle_w: float | None
+    note: str | None
+
+
 class UpgradedFrom(TypedDict):
     """A set ``harness results upgrade`` wrote: the set it was made from and that set's schema."""
 
@@ -178,6 +190,7 @@ class Manifest(TypedDict, total=False):
     resumed: list[str]  # when --resume reopened it, in order
     confirms: Confirms
     upgraded_from: UpgradedFrom
+    energy: dict[str, EnergyMethod]  # by target: how its energy table was computed, or why it has none
 
 
 def verdict(entry: Mapping[str, Any], record: Mapping[str, Any] | None) -> tuple[str, str | None]:

@@ -27,7 +27,7 @@ from typing_extensions import Unpack  # typing has it from 3.11; the project sup
 from harness import __version__
 from harness.errors import ResultSetError
 from harness.results import INCOMPLETE_SUFFIX, SCHEMA_VERSION, checksums
-from harness.results.manifest import Manifest, Prepared, RunEntry, RunFields, TargetEntry, TargetFields
+from harness.results.manifest import EnergyMethod, Manifest, Prepared, RunEntry, RunFields, TargetEntry, TargetFields
 
 
 def new_set_id(experiment_name: str, experiment_text: str, when: dt.datetime | None = None) -> str:
@@ -169,6 +169,12 @@ class ResultSetWriter:
         """Say which set this one confirms (``harness gate --confirm``), with how many rounds, and save."""
         with self.lock:
             self.manifest["confirms"] = {"set_id": set_id, "rounds": rounds}
+            self.save()
+
+    def record_energy(self, methods: dict[str, EnergyMethod]) -> None:
+        """Say how each target's energy was measured (or why it was not) and save."""
+        with self.lock:
+            self.manifest["energy"] = methods
             self.save()
 
     def raw_dir(self, target: str, run_id: str) -> Path:

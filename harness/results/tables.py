@@ -53,9 +53,12 @@ THREAD_COUNTERS = Table("thread_counters", "one thread (pid, tid) of the step's 
 OFFCPU = Table("offcpu", "one thread of the step's process, one class key (state, syscall, device) at one "
                "snapshot: cumulative time asleep and waiting for a CPU after wake-ups (offcpu collector)")
 RECLAIM = Table("reclaim", "what one run's window reclaimed and re-read (vmstat collector)")
+ENERGY = Table("energy", "one window's energy: a run's step (phase run) or a request's prefill or decode, with its "
+                        "source, rail, period, joules, watts, J/token and the same above the idle baseline; null "
+                        "columns where the board has no sensor or the samples do not cover the window (campaign)")
 EQUIVALENCE = Table("equivalence", "one prompt decoded greedily under two sides: identical or the first "
                                    "divergence (position, both tokens), compared as ids or text (equivalence step)")
 
 TABLES: dict[str, Table] = {table.name: table for table in (
     RUNS, FIO, READS, BLOCKSTAT, THREADS, FACTS, BENCH, BENCH_SAMPLES, REQUESTS, TOKENS, TELEMETRY, MEMORY, IOSTAT,
-    RECLAIM, THREAD_COUNTERS, OFFCPU, EQUIVALENCE, PROCESSES)}
+    RECLAIM, THREAD_COUNTERS, OFFCPU, EQUIVALENCE, PROCESSES, ENERGY)}

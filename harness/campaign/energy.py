@@ -1,0 +1,101 @@
+"""The ``energy`` table of a result set, written after the other tables and before the set is finished (so its
+SHA256SUMS cover it): per run its step's window, per llama-server request its prefill and decode windows.
+
+Results and analysis are independent layers; this is where they meet: the tables written by ingest in, the pure
+computation of harness/analysis/energy.py over them, the table and the method (per target: source, rail, period,
+idle baseline) in the manifest out. A target with no power sensor gets its rows with null energy columns and one
+line saying so, in the manifest and the run log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.analysis import energy
+from harness.results.manifest import EnergyMethod
+from harness.results.store import ResultSetWriter
+from harness.results.tables import ENERGY, REQUESTS, RUNS, TABLES_DIR, TELEMETRY, table_file
+
+INTEGRATION = {"counter": "difference of the unwrapped cumulative counter, interpolated at the window's ends",
+               "samples": "trapezoid rule over the samples in the window, its ends linearly interpolated"}
+_WINDOW_COLUMNS = ("t_ns", "t_first_token_ns", "t_end_ns", "prompt_n", "decode_tokens", "request")
+
+
+def _table(set_path: Path, name: str) -> pd.DataFrame:
+    path = set_path / TABLES_DIR / table_file(name)
+    return pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+
+
+def _power_rows(telemetry: pd.DataFrame) -> dict[tuple[str, str], dict[str, list[dict[str, Any]]]]:
+    """Telemetry rows with a power or energy reading, by (target, run) and source (only the columns energy reads)."""
+    if telemetry.empty or "source" not in telemetry:
+        return {}
+    columns = [c for c in telemetry.columns if c in ("t_ns", "source", "run_id", "target")
+               or c.startswith(("power_", "rapl_"))]
+    out: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+    for (target, run_id, source), group in telemetry[columns].groupby(["target", "run_id", "source"]):
+        out.setdefault((str(target), str(run_id)), {})[str(source)] = group.to_dict("records")
+    return out
+
+
+def _method(series: energy.PowerSeries | None, idle_w: float | None) -> EnergyMethod:
+    if series is None:
+        return {"source": None, "rail": None, "period_ms": None, "integration": "", "idle_w": None,
+                "note": energy.NO_SENSOR}
+    kind = "counter" if series.joules is not None else "samples"
+    return {"source": series.source, "rail": series.rail, "period_ms": series.period_ms,
+            "integration": INTEGRATION[kind], "idle_w": idle_w, "note": None}
+
+
+def energy_rows(set_path: Path, idle: dict[str, float | None] | None = None
+                ) -> tuple[list[dict[str, Any]], dict[str, EnergyMethod]]:
+    """The energy table's rows and each target's method, from a set's written tables."""
+    runs = _table(set_path, RUNS.name)
+    if runs.empty or "step_start_mono_ns" not in runs:
+        return [], {}
+    power = _power_rows(_table(set_path, TELEMETRY.name))
+    requests = _table(set_path, REQUESTS.name)
+    idle = idle or {}
+    rows: list[dict[str, Any]] = []
+    methods: dict[str, EnergyMethod] = {}
+    for run in runs.to_dict("records"):
+        target, run_id = str(run["target"]), str(run["run_id"])
+        series = energy.board_series(power.get((target, run_id), {}))
+        idle_w = idle.get(target)
+        if target not in methods or (methods[target].get("source") is None and series is not None):
+            methods[target] = _method(series, idle_w)
+        where = {"run_id": run_id, "target": target}
+        rows.append({**where, "request": None, "phase": "run",
+                     **energy.energy_row(series, run.get("step_start_mono_ns"), run.get("step_end_mono_ns"),
+                                         None, idle_w)})
+        if requests.empty:
+            continue
+        mine = requests[(requests["run_id"] == run_id) & (requests["target"] == target)]
+        windows = mine[[c for c in _WINDOW_COLUMNS if c in mine.columns]].to_dict("records")
+        rows += [{**where, **row} for row in energy.request_energy(series, windows, idle_w)]
+    return rows, methods
+
+
+def write_energy(writer: ResultSetWriter, message: Callable[[str], None],
+                 idle: dict[str, float | None] | None = None) -> int:
+    """Write ``tables/energy.parquet`` and the method into the manifest; one line per target without a sensor."""
+    rows, methods = energy_rows(writer.path, idle)
+    if not rows:
+        return 0
+    frame = pd.DataFrame(rows)
+    for column in energy.ENERGY_COLUMNS:
+        if column not in ("source", "rail"):
+            frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")  # null, never 0
+    out = writer.path / TABLES_DIR / table_file(ENERGY.name)
+    tmp = out.with_name(f".{out.name}.tmp")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(out)
+    writer.record_energy(methods)
+    for target, method in methods.items():
+        if method.get("note"):
+            message(f"{target}: {method['note']}")
+    return len(rows)

@@ -1,0 +1,74 @@
+"""The energy table a campaign writes after the other tables: per run and per request window, from the set's own
+telemetry (the real Xavier NX tegrastats lines as a run's samples), the method in the manifest; null columns and one
+line where the board has no sensor (this machine: thermal zones only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.campaign.energy import write_energy
+from harness.parsers import parse
+from harness.results.store import ResultSetWriter
+from harness.results.tables import TABLES, TABLES_DIR
+from tests.helpers import REPO
+
+S = 1_000_000_000
+T0 = 50 * S  # the target's monotonic clock at the first sample
+
+
+def a_set(tmp_path: Path, telemetry: list[dict]) -> ResultSetWriter:
+    """A set whose tables hold one llama-server run (step 0-2 s after T0, one request) and ``telemetry``."""
+    writer = ResultSetWriter(tmp_path, "20261203-120000-energy-aaaaaa")
+    tables = writer.path / TABLES_DIR
+    pd.DataFrame([{"run_id": "r0", "target": "board", "step": "llama-server", "status": "ok",
+                   "step_start_mono_ns": T0, "step_end_mono_ns": T0 + 2 * S}]).to_parquet(tables / "runs.parquet")
+    pd.DataFrame([{"run_id": "r0", "target": "board", "request": 0, "t_ns": T0, "t_first_token_ns": T0 + S,
+                   "t_end_ns": T0 + 2 * S, "prompt_n": 8, "decode_tokens": 4}]).to_parquet(tables / "requests.parquet")
+    pd.DataFrame([{"run_id": "r0", "target": "board", **row} for row in telemetry]).to_parquet(
+        tables / "telemetry.parquet")
+    return writer
+
+
+def test_a_run_and_its_request_windows_from_tegrastats(tmp_path: Path) -> None:
+    # xavier-nx-jp4-15w-20w.log lines 1-3, 1 s apart from T0: VDD_IN 12221, 14664, 14664 mW.
+    # the step [T0, T0 + 2 s]: 13.4425 + 14.664 = 28.1065 J, 14.05325 W; prefill [T0, T0 + 1 s]: 13.4425 J over 8
+    # prompt tokens = 1.68031 J/token; decode [T0 + 1 s, T0 + 2 s]: 14.664 J over 4 tokens = 3.666 J/token
+    lines = parse("tegrastats", (REPO / "tests/data/tegrastats/xavier-nx-jp4-15w-20w.log").read_bytes())[:3]
+    telemetry = [{"source": "tegrastats", "t_ns": T0 + i * S, "power_vdd_in_mw": row["power_vdd_in_mw"],
+                  "power_vdd_soc_mw": row["power_vdd_soc_mw"]} for i, row in enumerate(lines)]
+    telemetry.append({"source": "thermal", "t_ns": T0, "temp_cpu_c": 53.0})  # another source: no power column
+    writer = a_set(tmp_path, telemetry)
+    said: list[str] = []
+    assert write_energy(writer, said.append) == 3 and said == []
+    table = pd.read_parquet(writer.path / TABLES_DIR / "energy.parquet").set_index("phase")
+    assert table.loc["run", "energy_j"] == pytest.approx(28.1065)
+    assert table.loc["run", "power_w"] == pytest.approx(14.05325)
+    assert table.loc["prefill", "j_per_token"] == pytest.approx(13.4425 / 8)
+    assert table.loc["decode", "j_per_token"] == pytest.approx(3.666)
+    assert set(table["rail"]) == {"VDD_IN"} and set(table["period_ms"]) == {1000.0}
+    method = json.loads((writer.path / "manifest.json").read_text())["energy"]["board"]
+    assert (method["source"], method["rail"], method["period_ms"], method["note"]) == ("tegrastats", "VDD_IN",
+                                                                                      1000.0, None)
+    assert method["integration"].startswith("trapezoid")
+    assert "energy" in TABLES
+
+
+def test_no_sensor_gives_null_columns_and_one_line(tmp_path: Path) -> None:
+    # this machine's telemetry: thermal zones, no power: the rows are there, every energy column null, never 0
+    writer = a_set(tmp_path, [{"source": "thermal", "t_ns": T0 + i * S, "temp_x86_pkg_temp_c": 45.0}
+                              for i in range(3)])
+    said: list[str] = []
+    assert write_energy(writer, said.append) == 3
+    assert said == ["board: no power sensor on this board (no tegrastats/jtop rail, powermetrics, discharging "
+                    "power_supply, RAPL or hwmon power): energy columns are null"]
+    table = pd.read_parquet(writer.path / TABLES_DIR / "energy.parquet")
+    for column in ("energy_j", "power_w", "j_per_token", "energy_above_idle_j", "window_s"):
+        assert table[column].isna().all() and table[column].dtype == "float64"
+    assert list(table["phase"]) == ["run", "prefill", "decode"]
+    assert pd.isna(table["tokens"].iloc[0]) and table["tokens"].iloc[1:].tolist() == [8.0, 4.0]  # a run: no tokens
+    method = json.loads((writer.path / "manifest.json").read_text())["energy"]["board"]
+    assert method["source"] is None and method["note"].startswith("no power sensor")
