@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 
 from harness.campaign.energy import write_energy
+from harness.figures.energy_report import energy_lines
 from harness.parsers import parse
+from harness.results.loader import ResultSet
 from harness.results.store import ResultSetWriter
 from harness.results.tables import TABLES, TABLES_DIR
 from tests.helpers import REPO
@@ -24,7 +26,7 @@ def a_set(tmp_path: Path, telemetry: list[dict]) -> ResultSetWriter:
     """A set whose tables hold one llama-server run (step 0-2 s after T0, one request) and ``telemetry``."""
     writer = ResultSetWriter(tmp_path, "20261203-120000-energy-aaaaaa")
     tables = writer.path / TABLES_DIR
-    pd.DataFrame([{"run_id": "r0", "target": "board", "step": "llama-server", "status": "ok",
+    pd.DataFrame([{"run_id": "r0", "target": "board", "step": "llama-server", "status": "ok", "variant": "t2-cold",
                    "step_start_mono_ns": T0, "step_end_mono_ns": T0 + 2 * S}]).to_parquet(tables / "runs.parquet")
     pd.DataFrame([{"run_id": "r0", "target": "board", "request": 0, "t_ns": T0, "t_first_token_ns": T0 + S,
                    "t_end_ns": T0 + 2 * S, "prompt_n": 8, "decode_tokens": 4}]).to_parquet(tables / "requests.parquet")
@@ -72,3 +74,25 @@ def test_no_sensor_gives_null_columns_and_one_line(tmp_path: Path) -> None:
     assert pd.isna(table["tokens"].iloc[0]) and table["tokens"].iloc[1:].tolist() == [8.0, 4.0]  # a run: no tokens
     method = json.loads((writer.path / "manifest.json").read_text())["energy"]["board"]
     assert method["source"] is None and method["note"].startswith("no power sensor")
+
+
+def test_report_states_the_method_and_the_cells_joules_per_token(tmp_path: Path) -> None:
+    lines = parse("tegrastats", (REPO / "tests/data/tegrastats/xavier-nx-jp4-15w-20w.log").read_bytes())[:3]
+    writer = a_set(tmp_path, [{"source": "tegrastats", "t_ns": T0 + i * S, "power_vdd_in_mw": row["power_vdd_in_mw"]}
+                              for i, row in enumerate(lines)])
+    write_energy(writer, print)
+    text = "\n".join(energy_lines(ResultSet(writer.path, writer.manifest)))
+    assert "- **board**: rail `VDD_IN` from tegrastats, sampled every 1000 ms; trapezoid rule" in text
+    assert "no idle baseline measured" in text
+    # the decode row: 1 window, 3.666 J/token, 14.664 W (the numbers of the test above)
+    decode = next(line for line in text.splitlines() if "| decode" in line)
+    assert "3.666" in decode and "14.66" in decode and "t2-cold" in decode
+
+
+def test_report_says_why_there_is_no_energy(tmp_path: Path) -> None:
+    writer = a_set(tmp_path, [{"source": "thermal", "t_ns": T0, "temp_x86_pkg_temp_c": 45.0}])
+    write_energy(writer, print)
+    text = energy_lines(ResultSet(writer.path, writer.manifest))
+    assert "## Energy" in text and any("no power sensor on this board" in line for line in text)
+    assert not any("| decode" in line for line in text)  # no table of nulls
+    assert energy_lines(ResultSet(writer.path, {"schema_version": 2, "set_id": "x"})) == []  # an older set: none

@@ -16,6 +16,7 @@ import pandas as pd
 from harness.analysis.stats import pearson
 from harness.figures import FIGURES, FigureContext
 from harness.figures.change import observations, ratio_table
+from harness.figures.energy_report import energy_lines
 from harness.figures.equivalence_report import equivalence_lines
 from harness.figures.process_waits import process_wait_lines
 from harness.figures.replay_report import replay_validation_lines
@@ -327,6 +328,7 @@ def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], chan
                          f"p = {corr.p:.2g}")
     lines += wait_lines(rs, list(manifest.get("matrix") or {}))  # counters and samples side by side
     lines += process_wait_lines(rs, list(manifest.get("matrix") or {}))  # which process of the tree waited
+    lines += energy_lines(rs)  # the method per target, or the one line why there is no energy
     bench = bench_summary(rs)
     if not bench.empty:
         lines += ["", "## llama-bench", "", _table(bench)]
