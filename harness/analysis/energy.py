@@ -12,8 +12,10 @@ Pure: telemetry rows (the ``telemetry`` table's, one source's) and windows (mono
 - A counter source (Intel RAPL ``energy_uj``) gives cumulative microjoules that wrap at ``max_energy_range_uj``:
   the energy of a window is the unwrapped counter's difference, interpolated at the window's ends.
 - A window the samples do not cover from end to end gets null columns, never 0; so does a board with no sensor.
-- Idle subtraction follows MLPerf Power's practice of stating the idle power beside the measured one: the
-  energy above idle is ``E - P_idle * t``, with ``P_idle`` the mean power of an idle window on the same board.
+- The total is the number, as MLPerf Power measures it (the whole system, over the measured window's own start and
+  end stamps, nothing subtracted; mlcommons/inference_policies, power_measurement.adoc, rules 5.1, 5.7, 5.8). The
+  energy above idle is given beside it, never instead: ``E - P_idle * t``, with ``P_idle`` the mean power of an
+  idle window on the same board.
 """
 
 from __future__ import annotations
