@@ -21,6 +21,7 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.text import Text
 from PIL import Image
 
+from harness.analysis import energy
 from harness.analysis.ratios import ratio_of_medians
 from harness.figures import FIGURES, FigureContext
 from harness.figures import base as figures_base
@@ -139,7 +140,19 @@ def synthetic_tables() -> dict[str, pd.DataFrame]:
         "temp_cpu_c": np.linspace(40, 55, len(t)), "temp_gpu_c": np.linspace(38, 50, len(t)),
         "gpu_freq_mhz": 306, "emc_freq_mhz": 2133})
     return {"runs": runs, "requests": requests, "tokens": _tokens(requests), "bench": bench, "fio": fio,
-            "reads": reads, "blockstat": blockstat, "threads": _threads(runs), "telemetry": telemetry}
+            "reads": reads, "blockstat": blockstat, "threads": _threads(runs), "telemetry": telemetry,
+            "energy": _energy(runs, requests, telemetry)}
+
+
+def _energy(runs: pd.DataFrame, requests: pd.DataFrame, telemetry: pd.DataFrame) -> pd.DataFrame:
+    """The energy table as the campaign computes it from these tables (harness/analysis/energy.py): each
+    request's decode window holds decode_tps x 2 s tokens."""
+    rows = []
+    for run_id, mine in requests.groupby("run_id"):
+        series = energy.power_series(telemetry[telemetry["run_id"] == run_id].to_dict("records"), "tegrastats")
+        windows = mine.assign(decode_tokens=(mine["decode_tps"] * 2).round().astype(int)).to_dict("records")
+        rows += [{"run_id": run_id, "target": "board", **row} for row in energy.request_energy(series, windows, None)]
+    return pd.DataFrame(rows)
 
 
 def context_of(tables: dict[str, pd.DataFrame], out: Path) -> FigureContext:
@@ -502,3 +515,21 @@ def test_report_cli_names_every_figure_it_did_not_draw(tables: dict[str, pd.Data
     assert not any("fio_ladder" in line or "read_accounting" in line for line in lines if "not drawn" in line)
     report = (path / "report.md").read_text()
     assert "- thread_states: not drawn, no threads table" in report.splitlines()
+
+
+def test_energy_per_token_is_one_marker_per_cell_at_its_medians(tables: dict[str, pd.DataFrame],
+                                                                 tmp_path: Path) -> None:
+    # the synthetic board draws a constant 5.2 W (telemetry power_vdd_in_mw 5200) and a decode window of 2 s holds
+    # round(decode_tps x 2) tokens: every window's J/token is 5.2 W x 2 s / round(2 x tps); a cell's marker is at the
+    # medians of its 6 windows (3 requests x 2 rounds): the mean of the 3rd and 4th values
+    png = next(p for p in FIGURES["energy_per_token"].draw(context_of(tables, tmp_path)) if p.suffix == ".png")
+    numbers = png_numbers(png)
+    requests = tables["requests"].merge(tables["runs"][["run_id", *PARAMS]], on="run_id")
+    assert len(numbers) == requests.groupby(PARAMS + ["cache"]).ngroups == 4
+    for cell in numbers.values():
+        assert cell["windows"] == 6 and cell["rail"] == "VDD_IN"  # 3 requests x 2 rounds
+    tps = sorted(requests.loc[(requests["read_ahead_kb"] == 128) & (requests["cache"] == "cold"), "decode_tps"])
+    cold_128 = next(v for k, v in numbers.items() if "128" in k and "cold" in k)
+    assert cold_128["decode_tps"] == pytest.approx((tps[2] + tps[3]) / 2, rel=1e-5)
+    joules = sorted(10.4 / round(2 * t) for t in tps)
+    assert cold_128["j_per_token"] == pytest.approx((joules[2] + joules[3]) / 2, rel=1e-5)

@@ -17,6 +17,7 @@ from harness.figures import bandwidth  # noqa: E402,F401  (registers bandwidth_b
 from harness.figures import threads  # noqa: E402,F401  (registers thread_states F2)
 from harness.figures import storage  # noqa: E402,F401  (registers fio_ladder, read_accounting)
 from harness.figures import timeline  # noqa: E402,F401  (registers timeline F6)
+from harness.figures import energy  # noqa: E402,F401  (registers energy_per_token)
 # isort: on
 
 __all__ = ["FIGURES", "Figure", "FigureContext", "register_figure", "save"]
