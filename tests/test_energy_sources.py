@@ -153,3 +153,34 @@ def test_no_sensor_is_one_line_per_collector(tmp_path: Path, monkeypatch: pytest
     assert unavailable_reason("rapl").startswith("no power sensor")  # type: ignore[union-attr]
     assert unavailable_reason("hwmon").startswith("no power sensor")  # type: ignore[union-attr]
     assert energy.board_series({"thermal": [{"t_ns": 0}, {"t_ns": S}]}) is None
+
+
+def test_the_idle_step_sleeps_with_the_collectors_on_and_says_when_there_is_no_sensor(tmp_path: Path) -> None:
+    # the runner, started as the controller starts it, on an idle step of 0.3 s with the rapl and hwmon collectors
+    # optional: where the machine has neither (this VM), each is skipped with its one line, and the run is ok
+    import json
+    import subprocess
+    import sys
+
+    from runner.contract import CONTRACT_VERSION
+    from tests.helpers import REPO
+
+    run_dir = tmp_path / "runs" / "set" / "r1"
+    run_dir.mkdir(parents=True)
+    spec = {"contract": CONTRACT_VERSION, "run_id": "r1", "set_id": "energy-idle", "cache": "none", "cache_files": [],
+            "block_device": None, "emulate": None, "run_dir": str(run_dir), "step": {"kind": "idle", "seconds": 0.3},
+            "collectors": [{"kind": "rapl", "period_ms": 100, "optional": True},
+                           {"kind": "hwmon", "period_ms": 100, "optional": True}]}
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    done = subprocess.run([sys.executable, "-m", "runner", "run", str(run_dir / "spec.json")], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert done.returncode == 0 and record["status"] == "ok", done.stderr + str(record.get("error"))
+    started, ended = record["step_started"]["mono_ns"], record["step_ended"]["mono_ns"]
+    assert ended - started >= 300_000_000  # it slept the whole window
+    for kind in ("rapl", "hwmon"):
+        skipped = [line for line in record.get("collector_errors", []) if line.startswith(f"{kind} skipped")]
+        if (run_dir / f"{kind}.txt").exists():
+            assert not skipped  # a machine with the sensor: sampled, and nothing said
+        else:
+            assert len(skipped) == 1 and ("no power sensor" in skipped[0] or "root" in skipped[0])

@@ -96,3 +96,55 @@ def test_report_says_why_there_is_no_energy(tmp_path: Path) -> None:
     assert "## Energy" in text and any("no power sensor on this board" in line for line in text)
     assert not any("| decode" in line for line in text)  # no table of nulls
     assert energy_lines(ResultSet(writer.path, {"schema_version": 2, "set_id": "x"})) == []  # an older set: none
+
+
+def test_energy_idle_s_plans_one_idle_window_before_every_other_run(tmp_path: Path) -> None:
+    from harness.campaign.plan import build_plan
+    from harness.campaign.resolve import load_resolved
+
+    text = ("name: idle\nfiles:\n  data: {create: 1M}\nmatrix:\n  bs: [64k, 1M]\nrounds: 2\n"
+            "steps:\n  - read: {file: data, bs: \"{bs}\"}\n")
+    path = tmp_path / "e.yaml"
+    path.write_text(text + "energy: {idle_s: 5}\n")
+    plan = build_plan(load_resolved(path))
+    first = plan.runs[0]
+    assert (first.run_id, first.step, first.cache, first.cell.config.seconds) == ("0001-idle", "idle", "none", 5.0)
+    assert first.params == {"bs": "64k"}  # the baseline cell's values, so the run has every parameter
+    assert [r.step for r in plan.runs[1:]] == ["read"] * 4 and plan.runs[1].run_id.startswith("0002-read")
+    path.write_text(text)  # off by default: no idle window
+    assert [r.step for r in build_plan(load_resolved(path)).runs] == ["read"] * 4
+    path.write_text(text + "energy: {idle_s: 0}\n")
+    with pytest.raises(Exception, match=r"e.yaml:9: energy.idle_s"):
+        build_plan(load_resolved(path))
+
+
+def test_the_idle_window_is_the_baseline_subtracted(tmp_path: Path) -> None:
+    # idle run [T0 - 10 s, T0 - 9 s]: nano-jp4-10w.log lines 2-3 as its samples, POM_5V_IN 3075 -> 2956 mW: mean
+    # (3075 + 2956) / 2 = 3015.5 mW = 3.0155 W. The measured step [T0, T0 + 2 s] on the same rail, lines 1-3 of the
+    # same capture 1 s apart: (3227 + 3075) / 2 + (3075 + 2956) / 2 = 3151 + 3015.5 = 6.1665 J; above idle
+    # 6.1665 - 3.0155 x 2 = 0.1355 J; its decode window [T0 + 1 s, T0 + 2 s]: 3.0155 J, above idle 0 J
+    lines = parse("tegrastats", (REPO / "tests/data/tegrastats/nano-jp4-10w.log").read_bytes())
+    telemetry = [{"source": "tegrastats", "t_ns": T0 + i * S, "power_pom_5v_in_mw": row["power_pom_5v_in_mw"]}
+                 for i, row in enumerate(lines)]
+    writer = a_set(tmp_path, telemetry)
+    tables = writer.path / TABLES_DIR
+    runs = pd.read_parquet(tables / "runs.parquet")
+    idle = {"run_id": "r-idle", "target": "board", "step": "idle", "status": "ok", "variant": "idle",
+            "step_start_mono_ns": T0 - 10 * S, "step_end_mono_ns": T0 - 9 * S}
+    pd.concat([pd.DataFrame([idle]), runs]).to_parquet(tables / "runs.parquet")
+    idle_rows = [{"run_id": "r-idle", "target": "board", "source": "tegrastats", "t_ns": T0 - (10 - i) * S,
+                  "power_pom_5v_in_mw": row["power_pom_5v_in_mw"]} for i, row in enumerate(lines[1:])]
+    pd.concat([pd.DataFrame(idle_rows), pd.read_parquet(tables / "telemetry.parquet")]).to_parquet(
+        tables / "telemetry.parquet")
+    write_energy(writer, print)
+    table = pd.read_parquet(tables / "energy.parquet")
+    step = table[(table["run_id"] == "r0") & (table["phase"] == "run")].iloc[0]
+    assert step["idle_w"] == pytest.approx(3.0155) and step["energy_j"] == pytest.approx(6.1665)
+    assert step["energy_above_idle_j"] == pytest.approx(0.1355)
+    decode = table[table["phase"] == "decode"].iloc[0]
+    assert decode["energy_above_idle_j"] == pytest.approx(0.0, abs=1e-9)
+    assert decode["j_per_token_above_idle"] == pytest.approx(0.0, abs=1e-9)
+    method = json.loads((writer.path / "manifest.json").read_text())["energy"]["board"]
+    assert method["idle_w"] == pytest.approx(3.0155) and method["idle_s"] == 1.0
+    text = "\n".join(energy_lines(ResultSet(writer.path, writer.manifest)))
+    assert "idle baseline 3.016 W (mean of a 1 s idle window before the runs)" in text

@@ -51,23 +51,39 @@ def _method(series: energy.PowerSeries | None, idle_w: float | None) -> EnergyMe
             "integration": INTEGRATION[kind], "idle_w": idle_w, "note": None}
 
 
-def energy_rows(set_path: Path, idle: dict[str, float | None] | None = None
-                ) -> tuple[list[dict[str, Any]], dict[str, EnergyMethod]]:
+def idle_baselines(runs: pd.DataFrame, power: dict[tuple[str, str], dict[str, list[dict[str, Any]]]]
+                   ) -> dict[str, tuple[float | None, float]]:
+    """Per target, the mean power (W) of its first ok ``idle`` run (the window ``energy: {idle_s}`` plans first)
+    and that window's length (s); None W where the board has no sensor."""
+    out: dict[str, tuple[float | None, float]] = {}
+    if "step" not in runs:
+        return out
+    for run in runs[(runs["step"] == "idle") & (runs["status"] == "ok")].to_dict("records"):
+        target = str(run["target"])
+        if target in out:
+            continue
+        series = energy.board_series(power.get((target, str(run["run_id"])), {}))
+        row = energy.energy_row(series, run.get("step_start_mono_ns"), run.get("step_end_mono_ns"), None, None)
+        out[target] = (row["power_w"], (run["step_end_mono_ns"] - run["step_start_mono_ns"]) / 1e9)
+    return out
+
+
+def energy_rows(set_path: Path) -> tuple[list[dict[str, Any]], dict[str, EnergyMethod]]:
     """The energy table's rows and each target's method, from a set's written tables."""
     runs = _table(set_path, RUNS.name)
     if runs.empty or "step_start_mono_ns" not in runs:
         return [], {}
     power = _power_rows(_table(set_path, TELEMETRY.name))
     requests = _table(set_path, REQUESTS.name)
-    idle = idle or {}
+    idle = idle_baselines(runs, power)
     rows: list[dict[str, Any]] = []
     methods: dict[str, EnergyMethod] = {}
     for run in runs.to_dict("records"):
         target, run_id = str(run["target"]), str(run["run_id"])
         series = energy.board_series(power.get((target, run_id), {}))
-        idle_w = idle.get(target)
+        idle_w, idle_s = idle.get(target, (None, None))
         if target not in methods or (methods[target].get("source") is None and series is not None):
-            methods[target] = _method(series, idle_w)
+            methods[target] = {**_method(series, idle_w), "idle_s": idle_s}
         where = {"run_id": run_id, "target": target}
         rows.append({**where, "request": None, "phase": "run",
                      **energy.energy_row(series, run.get("step_start_mono_ns"), run.get("step_end_mono_ns"),
@@ -80,10 +96,9 @@ def energy_rows(set_path: Path, idle: dict[str, float | None] | None = None
     return rows, methods
 
 
-def write_energy(writer: ResultSetWriter, message: Callable[[str], None],
-                 idle: dict[str, float | None] | None = None) -> int:
+def write_energy(writer: ResultSetWriter, message: Callable[[str], None]) -> int:
     """Write ``tables/energy.parquet`` and the method into the manifest; one line per target without a sensor."""
-    rows, methods = energy_rows(writer.path, idle)
+    rows, methods = energy_rows(writer.path)
     if not rows:
         return 0
     frame = pd.DataFrame(rows)

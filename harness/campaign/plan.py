@@ -119,6 +119,10 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
         raise ConfigError("the experiment expands to zero runs", file=doc.source)
 
     plan = Plan(loaded)
+    if exp.energy.idle_s is not None:  # the idle baseline first on every target, before anything warms the board
+        idle = STEPS["idle"]
+        cell = Cell(-1, "idle", "idle", idle.Config.model_validate({"seconds": exp.energy.idle_s}), baseline, "none")
+        plan.runs.append(PlannedRun(1, "0001-idle", cell, 1, 1, idle.estimate_s(cell.config, sizes) + _RUN_OVERHEAD_S))
     for round_ in range(1, exp.rounds + 1):
         for cell in cells:
             for rep in range(1, exp.repeat + 1):

@@ -106,6 +106,14 @@ class FioPolicy(StrictModel):
     allow_exec: bool = False
 
 
+class EnergyConfig(StrictModel):
+    """``energy:``: ``idle_s`` seconds of the board left idle, with the collectors on, before the first run on each
+    target: its mean power is the baseline the energy table subtracts (docs/methodology.md, Energy). Off (no idle
+    window, the *above idle* columns null) unless given."""
+
+    idle_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+
+
 class Experiment(StrictModel):
     name: Annotated[str, Field(pattern=_NAME.pattern)]
     description: str = ""
@@ -135,6 +143,7 @@ class Experiment(StrictModel):
     fio: FioPolicy = Field(default_factory=FioPolicy)
     # interference limits: a run beyond one is marked perturbed and left out of summaries (off: none)
     validity: ValidityLimits | None = Field(default_factory=ValidityLimits)
+    energy: EnergyConfig = Field(default_factory=EnergyConfig)
 
     @field_validator("validity", mode="before")
     @classmethod

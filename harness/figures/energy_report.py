@@ -18,8 +18,9 @@ def method_line(target: str, method: Mapping[str, Any]) -> str:
     if method.get("note"):
         return f"- **{target}**: {method['note']}"
     idle = method.get("idle_w")
-    baseline = f"idle baseline {idle:.3f} W subtracted in the *above idle* columns" if idle is not None else \
-        "no idle baseline measured (the *above idle* columns are null)"
+    baseline = (f"idle baseline {idle:.3f} W (mean of a {method.get('idle_s') or 0:g} s idle window before the "
+                "runs) subtracted in the *above idle* columns") if idle is not None else \
+        "no idle baseline measured (the *above idle* columns are null; `energy: {idle_s: 10}` measures one)"
     period = method.get("period_ms")
     every = f"every {period:g} ms" if period is not None else "at an unknown period"
     return (f"- **{target}**: rail `{method.get('rail')}` from {method.get('source')}, sampled {every}; "

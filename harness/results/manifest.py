@@ -140,6 +140,7 @@ class EnergyMethod(TypedDict, total=False):
     period_ms: float | None
     integration: str
     idle_w: float | None
+    idle_s: float | None  # the idle window's length (None: no idle window ran)
     note: str | None
 
 

@@ -6,7 +6,16 @@ import below; its target side is a module in ``runner/steps``.
 
 from __future__ import annotations
 
-from harness.steps import bmoe, declared, equivalence, fio, llamacpp, read, replay  # noqa: F401  (each registers its steps)
+from harness.steps import (  # noqa: F401  (each registers its steps)
+    bmoe,
+    declared,
+    equivalence,
+    fio,
+    idle,
+    llamacpp,
+    read,
+    replay,
+)
 from harness.steps.base import STEP_ITEM_KEYS, STEPS, Rows, StepKind, check_steps, register_step, step_kind
 
 __all__ = ["STEPS", "STEP_ITEM_KEYS", "Rows", "StepKind", "check_steps", "register_step", "step_kind"]

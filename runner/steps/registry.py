@@ -4,6 +4,7 @@ from runner.steps.bmoe import run_bmoe
 from runner.steps.declared import run_declared
 from runner.steps.equivalence import run_equivalence
 from runner.steps.fio import run_fio
+from runner.steps.idle import run_idle
 from runner.steps.llama_bench import run_llama_bench
 from runner.steps.llama_server import run_llama_server
 from runner.steps.read import run_read
@@ -13,4 +14,5 @@ STEPS = {"fio": run_fio, "read": run_read, "llama-bench": run_llama_bench, "llam
          "run": run_declared,
          "equivalence": run_equivalence,
          "bmoe": run_bmoe,
-         "replay": run_replay}
+         "replay": run_replay,
+         "idle": run_idle}
