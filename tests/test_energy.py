@@ -155,3 +155,26 @@ def test_a_gap_in_the_readings_leaves_the_window_uncovered() -> None:
     assert series is not None and series.period_ms == 1000
     assert energy.window_energy(series, 0, 2 * S) == pytest.approx(28.1065)  # lines 1-3, as before
     assert energy.window_energy(series, S, 6 * S) is None
+
+
+def test_a_window_end_within_one_period_of_the_last_reading_holds_it() -> None:
+    # nano lines 1-3 at 0, 1, 2 s (POM_5V_IN 3227, 3075, 2956 mW). The step ends at 2.5 s, half a period after the
+    # last line: 6.1665 J (0-2 s, as above: 3.151 + 3.0155) + 2956 mW held x 0.5 s = 6.1665 + 1.478 = 7.6445 J;
+    # 3.5 s is beyond one period: not covered
+    series = energy.power_series(tegrastats_rows(DATA / "tegrastats" / "nano-jp4-10w.log"), "tegrastats")
+    assert energy.window_energy(series, 0, 5 * S // 2) == pytest.approx(7.6445)
+    assert energy.window_energy(series, 0, 7 * S // 2) is None
+    # a counter is never extrapolated: its snapshots are read at the start and at the stop
+    rapl = energy.counter_series([0, S], [0, 1000], 10**9, "rapl", "package-0")
+    assert energy.window_energy(rapl, 0, S + 1) is None
+
+
+def test_lines_stamped_to_the_same_second_are_one_reading_their_mean() -> None:
+    # tegrastats at --interval 500 on a JetPack that stamps to the second: lines 1 and 2 of the nano capture at the
+    # same second 0, line 3 at 1 s: (3227 + 3075) / 2 = 3151 mW at 0 s, 2956 mW at 1 s: (3151 + 2956) / 2 mW x 1 s
+    # = 3.0535 J
+    rows = tegrastats_rows(DATA / "tegrastats" / "nano-jp4-10w.log")
+    rows[1]["t_ns"], rows[2]["t_ns"] = 0, S
+    series = energy.power_series(rows, "tegrastats")
+    assert series is not None and list(series.t_ns) == [0, S] and list(series.watts) == pytest.approx([3.151, 2.956])
+    assert energy.window_energy(series, 0, S) == pytest.approx(3.0535)

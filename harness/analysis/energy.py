@@ -103,9 +103,12 @@ def power_series(rows: Sequence[Mapping[str, Any]], source: str) -> PowerSeries 
         if all(v is not None for v in values):
             t.append(int(row["t_ns"]))
             watts.append(sum(v for v in values if v is not None) / 1000.0)
-    if len(t) < 2:
+    # lines stamped to the second (tegrastats of JetPack 5+ at an interval under 1 s) share a time: their mean
+    times, index = np.unique(np.array(t, dtype=np.int64), return_inverse=True)
+    if len(times) < 2:
         return None
-    return PowerSeries(source, rail, np.array(t, dtype=np.int64), watts=np.array(watts, dtype=float))
+    mean = np.bincount(index, weights=watts) / np.bincount(index)
+    return PowerSeries(source, rail, times, watts=mean)
 
 
 def unwrap_counter(raw: Sequence[int], max_range: int) -> np.ndarray:
@@ -163,9 +166,12 @@ def board_series(rows_by_source: Mapping[str, Sequence[Mapping[str, Any]]]) -> P
 
 
 def window_energy(series: PowerSeries, start_ns: int, end_ns: int) -> float | None:
-    """Joules over [start_ns, end_ns]; None unless the samples cover the whole window."""
+    """Joules over [start_ns, end_ns]; None unless the readings cover the whole window. A power reading holds up to
+    one sampling period beyond the first and last (a tool sampling every second rarely has a line at the step's
+    very end); a counter must be read on both sides (the snapshots read it at the start and the stop)."""
     t = series.t_ns
-    if end_ns <= start_ns or start_ns < t[0] or end_ns > t[-1]:
+    slack = 0.0 if series.joules is not None else (series.period_ms or 0.0) * 1e6
+    if end_ns <= start_ns or start_ns < t[0] - slack or end_ns > t[-1] + slack:
         return None
     first, last = max(int(np.searchsorted(t, start_ns, side="right")) - 1, 0), int(np.searchsorted(t, end_ns))
     period = series.period_ms
