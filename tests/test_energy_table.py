@@ -147,4 +147,4 @@ def test_the_idle_window_is_the_baseline_subtracted(tmp_path: Path) -> None:
     method = json.loads((writer.path / "manifest.json").read_text())["energy"]["board"]
     assert method["idle_w"] == pytest.approx(3.0155) and method["idle_s"] == 1.0
     text = "\n".join(energy_lines(ResultSet(writer.path, writer.manifest)))
-    assert "idle baseline 3.016 W (mean of a 1 s idle window before the runs)" in text
+    assert "idle baseline 3.016 W (mean of a 1.0 s idle window before the runs)" in text

@@ -18,7 +18,7 @@ def method_line(target: str, method: Mapping[str, Any]) -> str:
     if method.get("note"):
         return f"- **{target}**: {method['note']}"
     idle = method.get("idle_w")
-    baseline = (f"idle baseline {idle:.3f} W (mean of a {method.get('idle_s') or 0:g} s idle window before the "
+    baseline = (f"idle baseline {idle:.3f} W (mean of a {method.get('idle_s') or 0:.1f} s idle window before the "
                 "runs) subtracted in the *above idle* columns") if idle is not None else \
         "no idle baseline measured (the *above idle* columns are null; `energy: {idle_s: 10}` measures one)"
     period = method.get("period_ms")
@@ -33,14 +33,20 @@ def energy_summary(rs: ResultSet) -> pd.DataFrame:
     runs = usable_runs(rs.table(RUNS.name))
     if table.empty or runs.empty or table["energy_j"].isna().all():
         return pd.DataFrame()
-    cells = runs[["run_id", "target", "variant"]]
-    joined = table[table["phase"].isin(["prefill", "decode"])].merge(cells, on=["run_id", "target"])
-    joined = joined[joined["energy_j"].notna()]
+    cells = runs[["run_id", "target", "variant", "step"]]
+    joined = table.merge(cells, on=["run_id", "target"])
+    joined = joined[joined["energy_j"].notna() & (joined["step"] != "idle")]
     if joined.empty:
         return pd.DataFrame()
+    order = {"run": 0, "prefill": 1, "decode": 2}
     summary = joined.groupby(["target", "variant", "phase"]).agg(
-        windows=("energy_j", "size"), j_per_token=("j_per_token", "median"), power_w=("power_w", "median"),
-        j_per_token_above_idle=("j_per_token_above_idle", "median")).reset_index()
+        windows=("energy_j", "size"), energy_j=("energy_j", "median"), power_w=("power_w", "median"),
+        j_per_token=("j_per_token", "median"), j_per_token_above_idle=("j_per_token_above_idle", "median"),
+    ).reset_index()
+    summary = summary.sort_values(["target", "variant", "phase"], key=lambda c: c.map(order) if c.name == "phase"
+                                  else c, kind="stable")
+    numbers = ["energy_j", "power_w", "j_per_token", "j_per_token_above_idle"]
+    summary[numbers] = summary[numbers].map(lambda v: "-" if pd.isna(v) else f"{v:.4g}")  # a run has no tokens
     return summary
 
 
@@ -52,7 +58,7 @@ def energy_lines(rs: ResultSet) -> list[str]:
     lines = ["", "## Energy", ""] + [method_line(target, method) for target, method in sorted(methods.items())]
     summary = energy_summary(rs)
     if not summary.empty:
-        lines += ["", "Per cell, medians over its measured request windows (J per token of the window: prompt "
-                      "tokens for prefill, decoded tokens for decode):", "",
-                  summary.to_markdown(index=False, floatfmt=".4g")]
+        lines += ["", "Per cell, medians over its measured windows (run: the step; J per token of a request window: "
+                      "prompt tokens for prefill, decoded tokens for decode):", "",
+                  summary.to_markdown(index=False)]
     return lines + [""]
