@@ -178,3 +178,18 @@ def test_lines_stamped_to_the_same_second_are_one_reading_their_mean() -> None:
     series = energy.power_series(rows, "tegrastats")
     assert series is not None and list(series.t_ns) == [0, S] and list(series.watts) == pytest.approx([3.151, 2.956])
     assert energy.window_energy(series, 0, S) == pytest.approx(3.0535)
+
+
+def test_jtop_stats_alone_give_its_tot_rail() -> None:
+    # jetson/jtop-stats-orin-nano-25w.txt (jetson.stats of an Orin Nano at 25 W): 'Power TOT': 5133 beside
+    # 'Power VDD_CPU_GPU_CV': 1064 and 'Power VDD_SOC': 1540; jtop's total is TOT, not the sum (2604) of the two
+    # it lists. One capture, the same sample twice 1 s apart: 5.133 J
+    import datetime
+    import json
+
+    text = (DATA / "jetson" / "jtop-stats-orin-nano-25w.txt").read_text()
+    stats = eval(text, {"__builtins__": {}, "datetime": datetime})  # noqa: S307 - our own test data
+    (row,) = parse("jtop", json.dumps({"t_ns": 0, "stats": stats}, default=str).encode())
+    series = energy.power_series([row, {**row, "t_ns": S}], "jtop")
+    assert series is not None and series.rail == "TOT"
+    assert energy.window_energy(series, 0, S) == pytest.approx(5.133)
