@@ -64,7 +64,7 @@ def test_no_sensor_gives_null_columns_and_one_line(tmp_path: Path) -> None:
     writer = a_set(tmp_path, [{"source": "thermal", "t_ns": T0 + i * S, "temp_x86_pkg_temp_c": 45.0}
                               for i in range(3)])
     said: list[str] = []
-    assert write_energy(writer, said.append) == 3
+    assert write_energy(writer, said.append, ["thermal", "rapl", "hwmon"]) == 3  # asked for, found nowhere
     assert said == ["board: no power sensor on this board (no tegrastats/jtop rail, powermetrics, discharging "
                     "power_supply, RAPL or hwmon power): energy columns are null"]
     table = pd.read_parquet(writer.path / TABLES_DIR / "energy.parquet")
@@ -91,9 +91,14 @@ def test_report_states_the_method_and_the_cells_joules_per_token(tmp_path: Path)
 
 def test_report_says_why_there_is_no_energy(tmp_path: Path) -> None:
     writer = a_set(tmp_path, [{"source": "thermal", "t_ns": T0, "temp_x86_pkg_temp_c": 45.0}])
-    write_energy(writer, print)
+    write_energy(writer, print, ["thermal", "power"])
     text = energy_lines(ResultSet(writer.path, writer.manifest))
     assert "## Energy" in text and any("no power sensor on this board" in line for line in text)
+    # an experiment that collects no power at all is told so, not that the board has no sensor
+    said: list[str] = []
+    write_energy(writer, said.append, ["thermal", "vmstat"])
+    assert said == ["board: no power collector in the experiment (collect: one of tegrastats, jtop, powermetrics, "
+                    "power, rapl, hwmon, optional: true where a board may lack it): energy columns are null"]
     assert not any("| decode" in line for line in text)  # no table of nulls
     assert energy_lines(ResultSet(writer.path, {"schema_version": 2, "set_id": "x"})) == []  # an older set: none
 

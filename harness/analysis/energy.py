@@ -42,6 +42,9 @@ SUMMED_SOURCES = ("tegrastats", "jtop", "hwmon")
 SOURCE_ORDER = ("tegrastats", "jtop", "powermetrics", "power", "rapl", "hwmon")
 NO_SENSOR = ("no power sensor on this board (no tegrastats/jtop rail, powermetrics, discharging power_supply, "
              "RAPL or hwmon power): energy columns are null")
+POWER_COLLECTORS = ("tegrastats", "jtop", "powermetrics", "power", "rapl", "hwmon")
+NOT_COLLECTED = ("no power collector in the experiment (collect: one of " + ", ".join(POWER_COLLECTORS) +
+                 ", optional: true where a board may lack it): energy columns are null")
 ENERGY_COLUMNS = ("source", "rail", "period_ms", "window_s", "energy_j", "power_w", "tokens", "j_per_token",
                   "idle_w", "energy_above_idle_j", "j_per_token_above_idle")
 

@@ -9,7 +9,7 @@ line saying so, in the manifest and the run log.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +43,9 @@ def _power_rows(telemetry: pd.DataFrame) -> dict[tuple[str, str], dict[str, list
     return out
 
 
-def _method(series: energy.PowerSeries | None, idle_w: float | None) -> EnergyMethod:
+def _method(series: energy.PowerSeries | None, idle_w: float | None, note: str = energy.NO_SENSOR) -> EnergyMethod:
     if series is None:
-        return {"source": None, "rail": None, "period_ms": None, "integration": "", "idle_w": None,
-                "note": energy.NO_SENSOR}
+        return {"source": None, "rail": None, "period_ms": None, "integration": "", "idle_w": None, "note": note}
     kind = "counter" if series.joules is not None else "samples"
     return {"source": series.source, "rail": series.rail, "period_ms": series.period_ms,
             "integration": INTEGRATION[kind], "idle_w": idle_w, "note": None}
@@ -69,8 +68,9 @@ def idle_baselines(runs: pd.DataFrame, power: dict[tuple[str, str], dict[str, li
     return out
 
 
-def energy_rows(set_path: Path) -> tuple[list[dict[str, Any]], dict[str, EnergyMethod]]:
-    """The energy table's rows and each target's method, from a set's written tables."""
+def energy_rows(set_path: Path, collected: bool = True) -> tuple[list[dict[str, Any]], dict[str, EnergyMethod]]:
+    """The energy table's rows and each target's method, from a set's written tables (``collected``: the experiment
+    asked for a power collector, so a target without readings has no sensor)."""
     runs = _table(set_path, RUNS.name)
     if runs.empty or "step_start_mono_ns" not in runs:
         return [], {}
@@ -84,7 +84,8 @@ def energy_rows(set_path: Path) -> tuple[list[dict[str, Any]], dict[str, EnergyM
         series = energy.board_series(power.get((target, run_id), {}))
         idle_w, idle_s = idle.get(target, (None, None))
         if target not in methods or (methods[target].get("source") is None and series is not None):
-            methods[target] = {**_method(series, idle_w), "idle_s": idle_s}
+            note = energy.NO_SENSOR if collected else energy.NOT_COLLECTED
+            methods[target] = {**_method(series, idle_w, note), "idle_s": idle_s}
         where = {"run_id": run_id, "target": target}
         rows.append({**where, "request": None, "phase": "run",
                      **energy.energy_row(series, run.get("step_start_mono_ns"), run.get("step_end_mono_ns"),
@@ -97,9 +98,10 @@ def energy_rows(set_path: Path) -> tuple[list[dict[str, Any]], dict[str, EnergyM
     return rows, methods
 
 
-def write_energy(writer: ResultSetWriter, message: Callable[[str], None]) -> int:
-    """Write ``tables/energy.parquet`` and the method into the manifest; one line per target without a sensor."""
-    rows, methods = energy_rows(writer.path)
+def write_energy(writer: ResultSetWriter, message: Callable[[str], None], collectors: Iterable[str] = ()) -> int:
+    """Write ``tables/energy.parquet`` and the method into the manifest; one line per target without a sensor
+    (``collectors``: the experiment's; without a power collector among them, the line says that instead)."""
+    rows, methods = energy_rows(writer.path, collected=bool(set(collectors) & set(energy.POWER_COLLECTORS)))
     if not rows:
         return 0
     frame = pd.DataFrame(rows)

@@ -171,7 +171,7 @@ def _energy(ctx: CampaignContext, writer: ResultSetWriter) -> int:
     from harness.campaign.energy import write_energy  # pandas, like write_tables
 
     try:
-        return write_energy(writer, ctx.progress.message)
+        return write_energy(writer, ctx.progress.message, ctx.collectors)
     except Exception as exc:  # noqa: BLE001 - the other tables are written; energy is derived from them
         ctx.progress.message(f"energy table not written ({exc})")
         return 0
