@@ -24,5 +24,6 @@ def test_example_experiment_uses_known_expectations_and_collectors() -> None:
     target = load_targets(EXAMPLES)[experiment.targets[0]]
     assert set(experiment.expect) <= set(PLATFORMS[target.platform].expectations)
     assert set(experiment.collectors()) <= set(COLLECTORS)
+    assert experiment.energy.idle_s == 10 and "tegrastats" in experiment.collectors()  # energy from VDD_IN
     done = cli_in_process("plan", str(EXPERIMENT), "--targets-dir", str(EXAMPLES))
     assert done.returncode == 0, done.stderr
