@@ -2,11 +2,11 @@
 request and baseline helpers F4 (:mod:`harness.figures.change`), F5 (:mod:`harness.figures.bandwidth`) and
 report.md share.
 
-F1: decode tok/s against device MB/s during decode, one point per request, with Pearson r within
-each cell (the seed article found r = 0.90 over 8 requests of one setting). F3: decode-time device
-throughput placed against the fio QD ladder measured on the same file. report.md's change table: each cell against the same-session
-baseline cell, mean ± sd over interleaved rounds; in a set that compares builds (:func:`build_baseline`), each
-cell against the baseline build's cell equal in everything else, the pairing of ``harness gate --across build``.
+F1: decode tok/s against device MB/s during decode, one point per request, with Pearson r within each cell (the seed
+article found r = 0.90 over 8 requests of one setting). F3: decode-time device throughput placed against the fio QD
+ladder measured on the same file. report.md's change table: each cell against the same-session baseline cell, mean ±
+sd over interleaved rounds; in a set that compares builds (:func:`build_baseline`), each cell against the baseline
+build's cell equal in everything else, the pairing of ``harness gate --across build``.
 """
 
 from __future__ import annotations
