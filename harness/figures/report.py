@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis.stats import pearson
 from harness.figures import FIGURES, FigureContext
 from harness.figures.change import observations, ratio_table
+from harness.figures.correlation_report import correlation_lines
 from harness.figures.energy_report import energy_lines
 from harness.figures.equivalence_report import equivalence_lines
 from harness.figures.process_waits import process_wait_lines
@@ -26,7 +26,14 @@ from harness.parsers.fio import ordered_jobs
 from harness.results.cachestate import cache_label, not_cleared
 from harness.results.loader import ResultSet, load_result_set
 from harness.results.manifest import Manifest
-from harness.results.selection import including_perturbed, perturbed_mask, perturbed_runs, usable_runs
+from harness.results.selection import (
+    including_perturbed,
+    invalid_mask,
+    invalid_runs,
+    perturbed_mask,
+    perturbed_runs,
+    usable_runs,
+)
 from harness.results.tables import BENCH, FIO, REQUESTS, RUNS
 
 MB = 1e6
@@ -279,6 +286,17 @@ def perturbed_lines(runs: pd.DataFrame, included: bool = False) -> list[str]:
     return lines + [""]
 
 
+def invalid_lines(runs: pd.DataFrame) -> list[str]:
+    """report.md's list of the runs too short to mean anything (below the experiment's validity minimums)."""
+    short = invalid_runs(runs)
+    if short.empty:
+        return []
+    lines = ["", f"**{len(short)} invalid run(s)** (decode below the experiment's validity: minimums), kept in the "
+                 "tables, left out of the summaries, figures, compare and gate:", ""]
+    lines += [f"- `{run['run_id']}` invalid: {run.get('invalid_reason')}" for _, run in short.iterrows()]
+    return lines + [""]
+
+
 _MEASURED = (("foreign CPU", "foreign_cpu_pct"), ("runqueue", "runqueue_pct"), ("steal", "steal_pct"))
 
 
@@ -309,7 +327,8 @@ def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], chan
                      + _place_of(target))
     lines += ["", "## Runs", ""]
     if not marked.empty:
-        status = marked["status"].where(~perturbed_mask(marked), "ok, perturbed")
+        status = marked["status"].where(~perturbed_mask(marked), "ok, perturbed").where(~invalid_mask(marked),
+                                                                                          "ok, too short")
         counts = marked.assign(cache=cache_label, status=status).groupby(["step", "cache", "status"]).size() \
             .reset_index(name="runs")
         lines += [_table(counts), ""]
@@ -318,14 +337,13 @@ def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], chan
         for _, run in failed.iterrows():
             lines.append(f"- `{run['run_id']}` {run['status']}: {run.get('error')}")
         lines += perturbed_lines(marked, include_perturbed)
+        lines += invalid_lines(marked)
     requests = request_summary(rs)
     if not requests.empty:
         points = ok_requests(runs, rs.table(REQUESTS.name), list(manifest.get("matrix") or {}))
-        corr = pearson(points["decode_dev_mbps"], points["decode_tps"])
-        lines += ["", "## Requests (llama-server, bmoe): decode and the device", "", _table(requests), ""]
-        if corr:
-            lines.append(f"Pearson r (decode tok/s vs device MB/s, all requests) = {corr.r:.2f}, n = {corr.n}, "
-                         f"p = {corr.p:.2g}")
+        lines += ["", "## Requests (llama-server, bmoe): decode and the device", "", _table(requests)]
+        lines += correlation_lines(points)
+        lines.append("")
     lines += wait_lines(rs, list(manifest.get("matrix") or {}))  # counters and samples side by side
     lines += process_wait_lines(rs, list(manifest.get("matrix") or {}))  # which process of the tree waited
     lines += energy_lines(rs)  # the method per target, or the one line why there is no energy
