@@ -159,11 +159,13 @@ def test_a_gap_in_the_readings_leaves_the_window_uncovered() -> None:
 
 def test_a_window_end_within_one_period_of_the_last_reading_holds_it() -> None:
     # nano lines 1-3 at 0, 1, 2 s (POM_5V_IN 3227, 3075, 2956 mW). The step ends at 2.5 s, half a period after the
-    # last line: 6.1665 J (0-2 s, as above: 3.151 + 3.0155) + 2956 mW held x 0.5 s = 6.1665 + 1.478 = 7.6445 J;
-    # 3.5 s is beyond one period: not covered
+    # last line: 6.1665 J (0-2 s, as above: 3.151 + 3.0155) + 2956 mW held x 0.5 s = 6.1665 + 1.478 = 7.6445 J.
+    # tegrastats' stamps are whole seconds (+-0.5 s): a reading holds one period + 0.5 s, so 3.5 s is still covered
+    # (7.6445 + 2.956 = 10.6005 J) and 3.6 s is not
     series = energy.power_series(tegrastats_rows(DATA / "tegrastats" / "nano-jp4-10w.log"), "tegrastats")
     assert energy.window_energy(series, 0, 5 * S // 2) == pytest.approx(7.6445)
-    assert energy.window_energy(series, 0, 7 * S // 2) is None
+    assert energy.window_energy(series, 0, 7 * S // 2) == pytest.approx(10.6005)
+    assert energy.window_energy(series, 0, 36 * S // 10) is None
     # a counter is never extrapolated: its snapshots are read at the start and at the stop
     rapl = energy.counter_series([0, S], [0, 1000], 10**9, "rapl", "package-0")
     assert energy.window_energy(rapl, 0, S + 1) is None

@@ -36,6 +36,10 @@ TOTAL_RAILS: dict[str, tuple[str, ...]] = {
 }
 GAP_PERIODS = 3  # a window with a gap of more than this many sampling periods between readings is not covered
 # no total rail: the rails summed (AGX Orin, AGX Xavier; hwmon's channels, each named in the rail)
+# sources whose readings are placed by a wall-clock stamp of whole seconds (harness/collectors/platform.py puts them
+# at the middle of their second): their times are known to +-0.5 s, so a window's ends may lie that much further
+# from the first and last reading
+WALL_STAMPED = {"tegrastats": 500_000_000, "powermetrics": 500_000_000}
 SUMMED_SOURCES = ("tegrastats", "jtop", "hwmon")
 # where a board has several, the one nearest its whole input: the module's input rail, then the SoC's, the
 # battery's, the CPU package's
@@ -58,6 +62,7 @@ class PowerSeries:
     t_ns: np.ndarray
     watts: np.ndarray | None = None
     joules: np.ndarray | None = None
+    stamp_ns: int = 0  # how finely the readings' times are known: whole-second stamps (tegrastats, powermetrics)
 
     @property
     def period_ms(self) -> float | None:
@@ -111,7 +116,7 @@ def power_series(rows: Sequence[Mapping[str, Any]], source: str) -> PowerSeries 
     if len(times) < 2:
         return None
     mean = np.bincount(index, weights=watts) / np.bincount(index)
-    return PowerSeries(source, rail, times, watts=mean)
+    return PowerSeries(source, rail, times, watts=mean, stamp_ns=WALL_STAMPED.get(source, 0))
 
 
 def unwrap_counter(raw: Sequence[int], max_range: int) -> np.ndarray:
@@ -170,10 +175,11 @@ def board_series(rows_by_source: Mapping[str, Sequence[Mapping[str, Any]]]) -> P
 
 def window_energy(series: PowerSeries, start_ns: int, end_ns: int) -> float | None:
     """Joules over [start_ns, end_ns]; None unless the readings cover the whole window. A power reading holds up to
-    one sampling period beyond the first and last (a tool sampling every second rarely has a line at the step's
-    very end); a counter must be read on both sides (the snapshots read it at the start and the stop)."""
+    one sampling period (plus the resolution of its stamps) beyond the first and last (a tool sampling every second
+    rarely has a line at the step's very end); a counter must be read on both sides (the snapshots read it at the
+    start and the stop)."""
     t = series.t_ns
-    slack = 0.0 if series.joules is not None else (series.period_ms or 0.0) * 1e6
+    slack = 0.0 if series.joules is not None else (series.period_ms or 0.0) * 1e6 + series.stamp_ns
     if end_ns <= start_ns or start_ns < t[0] - slack or end_ns > t[-1] + slack:
         return None
     first, last = max(int(np.searchsorted(t, start_ns, side="right")) - 1, 0), int(np.searchsorted(t, end_ns))

@@ -22,7 +22,7 @@ from harness.results.tables import ENERGY, REQUESTS, RUNS, TABLES_DIR, TELEMETRY
 
 INTEGRATION = {"counter": "difference of the unwrapped cumulative counter, interpolated at the window's ends",
                "samples": "trapezoid rule over the samples in the window, its ends linearly interpolated (held up to "
-                           "one period past the first and last reading)"}
+                           "one period, +0.5 s for whole-second stamps, past the first and last reading)"}
 _WINDOW_COLUMNS = ("t_ns", "t_first_token_ns", "t_end_ns", "prompt_n", "decode_tokens", "request")
 
 

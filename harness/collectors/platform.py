@@ -54,6 +54,9 @@ class PlatformCollector(CollectorKind):
         return tables
 
 
+STAMP_MIDDLE_S = 0.5  # whole-second stamps: the middle of the second they name
+
+
 class WallClockCollector(PlatformCollector):
     """Rows of a tool that stamps wall-clock seconds (tegrastats, powermetrics) get ``t_ns`` on the run's monotonic
     axis from the clock pair the runner wrote at start; rows without a stamp are spaced by the period."""
@@ -68,11 +71,13 @@ class WallClockCollector(PlatformCollector):
                          if c.get("kind") == self.name), 1000) / 1000
         for index, row in enumerate(tables.get(self.table, [])):
             stamp = row.get("timestamp")
+            # a stamp is the second the line was printed in, truncated: its middle is the best guess (within
+            # +-0.5 s, where the second's start was up to 1 s early)
             if isinstance(row.get("wall_s"), float):  # powermetrics: the stamp with its own UTC offset
-                wall = row["wall_s"]
+                wall = row["wall_s"] + STAMP_MIDDLE_S
             elif stamp:
                 local = datetime.fromisoformat(stamp).replace(tzinfo=timezone.utc).timestamp()
-                wall = local - clock["utc_offset_s"]  # the board printed local time
+                wall = local - clock["utc_offset_s"] + STAMP_MIDDLE_S  # the board printed local time
             else:
                 wall = clock["wall_s"] + (index + 1) * period_s
             row["t_ns"] = clock["mono_ns"] + round((wall - clock["wall_s"]) * 1e9)
