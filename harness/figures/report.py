@@ -17,6 +17,7 @@ from harness.figures import FIGURES, FigureContext
 from harness.figures.change import observations, ratio_table
 from harness.figures.correlation_report import correlation_lines
 from harness.figures.equivalence_report import equivalence_lines
+from harness.figures.outlier_report import outlier_lines
 from harness.figures.process_waits import process_wait_lines
 from harness.figures.replay_report import replay_validation_lines
 from harness.figures.streaming import BUILD, baseline_cell, build_baseline, cell_label, change_table, ok_requests
@@ -337,6 +338,7 @@ def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], chan
             lines.append(f"- `{run['run_id']}` {run['status']}: {run.get('error')}")
         lines += perturbed_lines(marked, include_perturbed)
         lines += invalid_lines(marked)
+        lines += outlier_lines(rs)
     requests = request_summary(rs)
     if not requests.empty:
         points = ok_requests(runs, rs.table(REQUESTS.name), list(manifest.get("matrix") or {}))
