@@ -15,6 +15,7 @@ from harness.campaign.context import CampaignContext
 from harness.campaign.lifecycle import RunLifecycle
 from harness.campaign.plan import PlannedRun
 from harness.campaign.resume import pull_finished
+from harness.campaign.rounds import Steering
 from harness.errors import ExpectationError
 from harness.results.manifest import TargetFields, retry_entry
 from harness.results.store import ResultSetWriter
@@ -44,19 +45,31 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
             learnt["builds"] = builds.identities(ctx, target.name)
         writer.update_target(target.name, **learnt)
         check_expectations(ctx, session, writer, facts, "before")
-        perturbed: list[PlannedRun] = []
-        for position, run in enumerate(todo):
-            if measure(ctx, writer, session, paths, run):
-                perturbed.append(run)
-            round_ends = position + 1 == len(todo) or todo[position + 1].round != run.round
-            if round_ends and perturbed:
-                retry_perturbed(ctx, writer, session, paths, perturbed)
-                perturbed = []
+        run_rounds(ctx, writer, session, paths, todo)
         check_expectations(ctx, session, writer, facts, "after")
     finally:
         files.remove_created(ctx, session, created)
         # pulled runs were removed one by one; the set's runs/ directory goes when empty (rmdir only)
         session.transport.run(["rmdir", f"{session.workdir}/runs/{ctx.set_id}"])
+
+
+def run_rounds(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession, paths: dict[str, str],
+               todo: list[PlannedRun]) -> None:
+    """The runs in order; at each round's end its perturbed runs measured again (--retry-perturbed) and, with
+    rounds until tight, the next round's runs (harness.campaign.rounds) once the planned ones are done."""
+    steering = Steering.of(ctx, writer, session.target.name)
+    queue, perturbed = list(todo), []
+    while queue:
+        run = queue.pop(0)
+        if measure(ctx, writer, session, paths, run):
+            perturbed.append(run)
+        if queue and queue[0].round == run.round:
+            continue
+        if perturbed:
+            retry_perturbed(ctx, writer, session, paths, perturbed)
+            perturbed = []
+        if steering is not None and not queue:
+            queue = steering.after_round(run.round)
 
 
 def adopt(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession,
