@@ -41,15 +41,16 @@ class CellState:
     cell: int
     test: str
     last: Look | None = None
-    stopped: str | None = None  # "tight" or "max"
+    stopped: str | None = None  # "tight", "max", or "no-metric" (its usable runs report none: not judged)
 
-    def as_record(self, cells: list[Cell]) -> dict[str, Any]:
+    def as_record(self, cells: list[Cell], ran: dict[int, int]) -> dict[str, Any]:
         cell = cells[self.cell]
         width = None if self.last is None or not math.isfinite(self.last.halfwidth_pct) else \
             round(self.last.halfwidth_pct, 2)
         return {"step": cell.label, "params": cell.params, "cache": cell.cache, "test": self.test,
                 "reason": self.stopped or "running", "rounds": self.last.rounds if self.last else 0,
-                "n": self.last.n if self.last else 0, "halfwidth_pct": width}
+                "n": self.last.n if self.last else 0, "halfwidth_pct": width,
+                "rounds_run": ran.get(self.cell, 0)}  # more than rounds: a baseline kept running for others
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Steering:
     observed: dict[Key, list[float]] = field(default_factory=dict)
     read: set[str] = field(default_factory=set)  # run ids read (each once)
     states: dict[Key, CellState] = field(default_factory=dict)
+    ran: dict[int, int] = field(default_factory=dict)  # per cell, the last round of a usable run read
 
     @classmethod
     def of(cls, ctx: CampaignContext, writer: ResultSetWriter, target: str) -> Steering | None:
@@ -95,13 +97,17 @@ class Steering:
         for key, state in self._all_states().items():
             if state.stopped is not None:
                 continue
+            if key not in self.observed and self.ran.get(state.cell) and round_ >= self.spec.min:
+                state.stopped = "no-metric"  # e.g. a read step in an experiment judged by decode_tps
+                continue
             state.last = look(self.observed.get(key, []), round_, target_pct=until.ci_halfwidth_pct,
                               confidence=until.confidence, n_looks=n_looks, rule=until.rule)
             if round_ >= self.spec.min and state.last.tight and until.stop == "cell":
                 state.stopped = "tight"
         states = self.states.values()
-        if until.stop == "all" and round_ >= self.spec.min and all(s.last is not None and s.last.tight for s in states):
-            for state in states:
+        judged = [s for s in states if s.stopped != "no-metric"]
+        if until.stop == "all" and round_ >= self.spec.min and all(s.last is not None and s.last.tight for s in judged):
+            for state in judged:
                 state.stopped = "tight"
         if round_ >= self.spec.max:
             for state in states:
@@ -147,6 +153,7 @@ class Steering:
             if cell is None:
                 continue
             self.read.add(run_id)
+            self.ran[cell] = max(self.ran.get(cell, 0), int(entry.get("round") or 0))
             for test, values in self._observations(entry).items():
                 self.observed.setdefault((cell, test), []).extend(values)
 
@@ -178,7 +185,7 @@ class Steering:
         return {"metric": until.metric, "ci_halfwidth_pct": until.ci_halfwidth_pct, "confidence": until.confidence,
                 "rule": until.rule, "stop": until.stop, "min": self.spec.min, "max": self.spec.max,
                 "looks": looks(self.spec.min, self.spec.max),
-                "cells": [s.as_record(cells) for s in sorted(states, key=lambda s: (s.cell, s.test))]}
+                "cells": [s.as_record(cells, self.ran) for s in sorted(states, key=lambda s: (s.cell, s.test))]}
 
 
 def _frozen(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
