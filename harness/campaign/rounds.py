@@ -70,7 +70,52 @@ class Steering:
         spec = ctx.experiment.rounds
         if not isinstance(spec, RoundsSpec):
             return None
-        return cls(ctx, writer, target, spec, METRICS[spec.until.metric])
+        steering = cls(ctx, writer, target, spec, METRICS[spec.until.metric])
+        steering._restore()
+        return steering
+
+    def _restore(self) -> None:
+        """A resumed set: the cells its manifest says stopped stay stopped as they were (tight at round 3 stays
+        that, not tight at whichever round the resumed campaign looks first)."""
+        with self.writer.lock:
+            found = [t for t in self.writer.manifest.get("targets", []) if t.get("name") == self.target]
+            record: dict[str, Any] = dict(found[0].get("stopping") or {}) if found else {}
+        cells = self._cell_index()
+        for saved in record.get("cells", []):
+            cell = cells.get((saved.get("step"), saved.get("cache"), _frozen(saved.get("params") or {})))
+            if cell is None or saved.get("reason") in (None, "running"):
+                continue
+            width = saved.get("halfwidth_pct")
+            width = math.inf if width is None else float(width)
+            state = CellState(cell, str(saved.get("test") or ""), stopped=str(saved["reason"]))
+            state.last = Look(int(saved.get("rounds") or 0), int(saved.get("n") or 0), width,
+                              saved["reason"] == "tight")
+            self.states[(cell, state.test)] = state
+
+    def left_over(self) -> list[PlannedRun]:
+        """A resumed set's runs of the extra rounds (beyond the plan's ``min``) not done yet, as they were added."""
+        cells = self._cell_index()
+        with self.writer.lock:
+            entries: list[dict[str, Any]] = [dict(e) for e in self.writer.manifest["runs"]
+                                             if e.get("target") == self.target]
+        runs = []
+        for entry in entries:
+            cell = cells.get(_key_of(entry))
+            if (cell is None or int(entry.get("round") or 0) <= self.spec.min or entry.get("retry_of")
+                    or (self.target, entry["run_id"]) in self.ctx.keep):
+                continue
+            estimate = float(entry.get("estimate_s") or 0)
+            runs.append(PlannedRun(int(entry["index"]), entry["run_id"], self.ctx.plan.cells[cell],
+                                   int(entry["round"]), int(entry.get("repeat") or 1), estimate))
+        return runs
+
+    def resumed(self) -> list[PlannedRun]:
+        """A resumed set whose every run is done: the round after its last one, if the rule wants one (a stop
+        can land between a round's last run and its judgement)."""
+        with self.writer.lock:
+            last = max((int(e.get("round") or 0) for e in self.writer.manifest["runs"]
+                        if e.get("target") == self.target), default=0)
+        return self.after_round(last) if last else []
 
     def after_round(self, round_: int) -> list[PlannedRun]:
         """The runs of the next round (none: every cell stopped), added to the manifest; the record saved."""
@@ -140,8 +185,7 @@ class Steering:
 
     def _read_new_runs(self) -> None:
         """The metric's observations of every usable run of this target not read yet (the step's own ingest)."""
-        index: dict[tuple[Any, Any, Any], int] = {(c.label, c.cache, _frozen(c.params)): i
-                                                 for i, c in enumerate(self.ctx.plan.cells)}
+        index = self._cell_index()
         with self.writer.lock:
             entries: list[dict[str, Any]] = [dict(e) for e in self.writer.manifest["runs"]
                                              if e.get("target") == self.target]
@@ -149,13 +193,16 @@ class Steering:
             run_id = entry["run_id"]
             if run_id in self.read or entry.get("status") != "ok" or entry.get("perturbed"):
                 continue
-            cell = index.get((entry.get("step_label"), entry.get("cache"), _frozen(entry.get("params") or {})))
+            cell = index.get(_key_of(entry))
             if cell is None:
                 continue
             self.read.add(run_id)
             self.ran[cell] = max(self.ran.get(cell, 0), int(entry.get("round") or 0))
             for test, values in self._observations(entry).items():
                 self.observed.setdefault((cell, test), []).extend(values)
+
+    def _cell_index(self) -> dict[tuple[Any, ...], int]:
+        return {(c.label, c.cache, _frozen(c.params)): i for i, c in enumerate(self.ctx.plan.cells)}
 
     def _observations(self, entry: dict[str, Any]) -> dict[str, list[float]]:
         raw = self.writer.raw_dir(self.target, entry["run_id"])
@@ -186,6 +233,11 @@ class Steering:
                 "rule": until.rule, "stop": until.stop, "min": self.spec.min, "max": self.spec.max,
                 "looks": looks(self.spec.min, self.spec.max),
                 "cells": [s.as_record(cells, self.ran) for s in sorted(states, key=lambda s: (s.cell, s.test))]}
+
+
+def _key_of(entry: dict[str, Any]) -> tuple[Any, ...]:
+    """A manifest entry's cell, as _cell_index keys the plan's."""
+    return entry.get("step_label"), entry.get("cache"), _frozen(entry.get("params") or {})
 
 
 def _frozen(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:

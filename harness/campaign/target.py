@@ -25,6 +25,9 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
     target = session.target
     created: list[str] = []
     todo = [run for run in ctx.plan.runs if (target.name, run.run_id) not in ctx.keep]
+    steering = Steering.of(ctx, writer, target.name)
+    if steering is not None:  # a resumed set: the extra rounds it had begun, or the round it had not yet judged
+        todo = todo + steering.left_over() or steering.resumed()
     if not todo:
         return  # a resumed set with nothing left here: no data files made, nothing probed again
     # what a killed controller of this set made here and could not remove goes at the end, like this one's own
@@ -45,7 +48,7 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
             learnt["builds"] = builds.identities(ctx, target.name)
         writer.update_target(target.name, **learnt)
         check_expectations(ctx, session, writer, facts, "before")
-        run_rounds(ctx, writer, session, paths, todo)
+        run_rounds(ctx, writer, session, paths, todo, steering)
         check_expectations(ctx, session, writer, facts, "after")
     finally:
         files.remove_created(ctx, session, created)
@@ -54,10 +57,9 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
 
 
 def run_rounds(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession, paths: dict[str, str],
-               todo: list[PlannedRun]) -> None:
+               todo: list[PlannedRun], steering: Steering | None) -> None:
     """The runs in order; at each round's end its perturbed runs measured again (--retry-perturbed) and, with
     rounds until tight, the next round's runs (harness.campaign.rounds) once the planned ones are done."""
-    steering = Steering.of(ctx, writer, session.target.name)
     queue, perturbed = list(todo), []
     while queue:
         run = queue.pop(0)
