@@ -51,6 +51,18 @@ def test_rounds_until_tight_plans_the_minimum_first(tmp_path: Path) -> None:
     assert [r.params["bs"] for r in plan.runs] == ["64k", "1M"] * 3
 
 
+def test_plan_says_the_minimum_is_planned_and_how_long_the_maximum_takes(tmp_path: Path) -> None:
+    path = _write(tmp_path, "{min: 2, max: 8, until: {metric: read_mbps, ci_halfwidth_pct: 3}}")
+    done = cli_in_process("plan", str(path))
+    assert done.returncode == 0, done.stderr
+    assert "4 runs per target" in done.stdout
+    total = float(done.stdout.split("estimated duration: ")[1].split("(")[1].split(" s)")[0])
+    assert "rounds until tight: 2 rounds planned, up to 8 while a cell's read_mbps interval is wider than 3 %" \
+        in " ".join(done.stdout.split())
+    most = float(done.stdout.split("at most ")[1].split("(")[1].split(" s)")[0])
+    assert most == pytest.approx(total * 4, abs=2)
+
+
 @pytest.mark.parametrize(("rounds", "line", "message"), [
     ("{min: 4, max: 3, until: {metric: decode_tps, ci_halfwidth_pct: 3}}", 7, "max (3) is below min (4)"),
     ("{min: 1, max: 3, until: {metric: decode_tps, ci_halfwidth_pct: 3}}", 7, "min must be at least 2"),

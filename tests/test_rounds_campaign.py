@@ -25,14 +25,14 @@ ENGINE = REPO / "tests" / "data" / "engines" / "noisy" / "engine.py"
 SPREADS = [40, 0]
 
 
-def _experiment(tmp_path: Path) -> Path:
+def _experiment(tmp_path: Path, spreads: list[int] = SPREADS, stop: str = "cell") -> Path:
     extract = load_declaration(REPO / "engines" / "powerinfer.yaml").declaration.extract
     noisy = {"binary": sys.executable, "run": ["{binary}", str(ENGINE), "-n", "{n_predict}", "--spread", "{spread}"],
              "defaults": {"spread": "0"}, "extract": [rule.model_dump(exclude_none=True) for rule in extract]}
     exp = tmp_path / "e.yaml"
     exp.write_text(yaml.safe_dump({
-        "name": "tight", "cache": "none", "validity": "off", "engines": {"noisy": noisy}, "matrix": {"spread": SPREADS},
-        "rounds": {"min": 3, "max": 5, "until": {"metric": "decode_tps", "ci_halfwidth_pct": 3}},
+        "name": "tight", "cache": "none", "validity": "off", "engines": {"noisy": noisy}, "matrix": {"spread": spreads},
+        "rounds": {"min": 3, "max": 5, "until": {"metric": "decode_tps", "ci_halfwidth_pct": 3, "stop": stop}},
         "steps": [{"run": {"engine": "noisy", "model": None, "n_predict": 8, "args": {"spread": "{spread}"}}}]}))
     return exp
 
@@ -61,6 +61,23 @@ def test_a_noisy_cell_runs_more_rounds_than_a_quiet_one_within_min_and_max(tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
     assert "round 4: 1 cell(s) not tight yet: run spread=40" in done.stdout + done.stderr
     _check(next((tmp_path / "results").iterdir()))
+
+
+@pytest.mark.parametrize(("spreads", "stop"), [([0, 40], "cell"), ([40, 0], "all")])
+def test_the_baseline_or_with_stop_all_every_cell_runs_on_beside_the_noisy_one(tmp_path: Path, spreads: list[int],
+                                                                              stop: str) -> None:
+    """The quiet cell is the baseline (first value: it runs on while the noisy cell of its step runs), or stop:
+    all: either way it is measured in every round the noisy one is, A B A B to the end, and its own look still
+    says it was tight at round 3."""
+    done = run_campaign(str(_experiment(tmp_path, spreads, stop)), "--results", str(tmp_path / "results"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((next((tmp_path / "results").iterdir()) / "manifest.json").read_text())
+    assert [r["params"]["spread"] for r in manifest["runs"]] == spreads * 5
+    by_cell = {c["params"]["spread"]: c for c in manifest["targets"][0]["stopping"]["cells"]}
+    assert (by_cell[0]["reason"], by_cell[0]["rounds_run"]) == ("tight", 5)
+    assert (by_cell[40]["reason"], by_cell[40]["rounds_run"]) == ("max", 5)
+    # stop: cell judged the quiet cell once (tight at 3); stop: all judges it until every cell is done
+    assert by_cell[0]["rounds"] == (3 if stop == "cell" else 5)
 
 
 @pytest.mark.parametrize(("phase", "nth"), [
