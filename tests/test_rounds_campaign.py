@@ -80,6 +80,23 @@ def test_the_baseline_or_with_stop_all_every_cell_runs_on_beside_the_noisy_one(t
     assert by_cell[0]["rounds"] == (3 if stop == "cell" else 5)
 
 
+def test_a_step_without_the_metric_stops_at_min_and_is_not_judged(tmp_path: Path) -> None:
+    exp = _experiment(tmp_path, [40])
+    data = yaml.safe_load(exp.read_text())
+    data["files"] = {"data": {"create": "1M"}}
+    data["steps"].insert(0, {"read": {"file": "data"}})  # read_mbps, never decode_tps
+    exp.write_text(yaml.safe_dump(data))
+    done = run_campaign(str(exp), "--results", str(tmp_path / "results"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    path = next((tmp_path / "results").iterdir())
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert [r["step"] for r in manifest["runs"]] == ["read", "run"] * 3 + ["run"] * 2
+    by_step = {c["step"]: c for c in manifest["targets"][0]["stopping"]["cells"]}
+    assert (by_step["read"]["reason"], by_step["read"]["rounds_run"]) == ("no-metric", 3)
+    assert by_step["run"]["reason"] == "max"
+    assert "not judged: its runs report no such metric" in (path / "report.md").read_text()
+
+
 @pytest.mark.parametrize(("phase", "nth"), [
     ("between-runs", 6),  # the last planned run done, its round not judged yet: resume judges it
     ("run", 7),  # the first extra round's run stopped while it runs: resume measures it again
