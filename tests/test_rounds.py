@@ -49,6 +49,7 @@ def test_rounds_until_tight_plans_the_minimum_first(tmp_path: Path) -> None:
     plan = build_plan(loaded)
     assert [r.round for r in plan.runs] == [1, 1, 2, 2, 3, 3]  # interleaved: A B A B A B
     assert [r.params["bs"] for r in plan.runs] == ["64k", "1M"] * 3
+    assert plan.most_runs == 2 * 12  # what the results disk must hold room for
 
 
 def test_plan_says_the_minimum_is_planned_and_how_long_the_maximum_takes(tmp_path: Path) -> None:
@@ -103,3 +104,14 @@ def test_the_rule_is_wider_than_the_naive_interval_so_a_cell_needs_more_rounds()
     ruled = look(values, 6, target_pct=1.5, confidence=0.95, n_looks=11, rule="bonferroni")
     assert naive.tight and not ruled.tight
     assert ruled.halfwidth_pct > naive.halfwidth_pct and ruled.n == naive.n == 6
+
+
+def test_an_added_round_lengthens_the_targets_progress_bar() -> None:
+    from rich.progress import Progress
+
+    from harness.commands.run import RichProgress
+
+    progress = RichProgress(Progress())
+    progress.target_started("local", 6)
+    progress.target_started("local", 8)  # what rounds until tight says when it adds a round of 2 runs
+    assert [task.total for task in progress.progress.tasks] == [8]

@@ -51,7 +51,7 @@ class Campaign:
         self.results_dir, self.lease_wait_s = results_dir, lease_wait_s
 
     def run(self) -> CampaignResult:
-        check_results_space(self.results_dir, len(self.ctx.plan.runs) * len(self.ctx.targets))
+        check_results_space(self.results_dir, self.ctx.plan.most_runs * len(self.ctx.targets))
         sessions = self._preflight()
         try:
             stopping.checkpoint("preflight")

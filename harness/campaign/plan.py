@@ -70,6 +70,12 @@ class Plan:
     def estimate_s(self) -> float:
         return sum(r.estimate_s for r in self.runs)
 
+    @property
+    def most_runs(self) -> int:
+        """The runs per target at most: the plan's, or with rounds until tight every cell to ``max``."""
+        rounds = self.experiment.experiment.rounds
+        return len(self.runs) if isinstance(rounds, int) else len(self.runs) // rounds.min * rounds.max
+
 
 # More cells than a lab could measure in a month; a larger matrix is a typo or a hostile file.
 MAX_MATRIX_CELLS = 10_000

@@ -132,6 +132,10 @@ class Steering:
         target = next(t for t in self.ctx.targets if t.name == self.target)
         for run in runs:
             self.writer.add_run(planned(target, run))
+        with self.writer.lock:  # the bar counts this session's runs: the planned, retried and added ones
+            total = sum(e.get("target") == self.target and (self.target, e["run_id"]) not in self.ctx.keep
+                        for e in self.writer.manifest["runs"])
+        self.ctx.progress.target_started(self.target, total)
         names = ", ".join(f"{cells[i].label} {_params(cells[i])}" for i in sorted(going))
         self.ctx.progress.message(f"{self.target}: round {round_ + 1}: {len(going)} cell(s) not tight yet: {names}")
         return runs
