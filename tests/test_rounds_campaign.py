@@ -129,3 +129,23 @@ def test_a_set_stopped_in_its_extra_rounds_resumes_to_the_same_rounds(tmp_path: 
     (final,) = list(results.iterdir())
     _check(final)
 
+
+
+@pytest.mark.timeout(3600)  # builds llama.cpp when the cache is empty (tests/test_llama_steps.py)
+def test_a_metric_with_tests_judges_each_test_of_a_cell(tmp_path: Path) -> None:
+    """llama-bench's bench_tps is one metric per test (pp16, tg8): each is judged on its own, from the rows the
+    step's ingest reads (the real llama-bench on the synthetic model), and a width no run reaches stops at max."""
+    exp = tmp_path / "e.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "tight-bench", "cache": "none", "validity": "off", "model": {"synth": {"layers": 4, "experts": 8,
+                                                                                       "used": 2}},
+        "rounds": {"min": 2, "max": 3, "until": {"metric": "bench_tps", "ci_halfwidth_pct": 0.001}},
+        "steps": [{"llama-bench": {"args": ["-p", 16, "-n", 8, "-t", 1, "-r", 2]}}]}))
+    done = run_campaign(str(exp), "--results", str(tmp_path / "results"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    manifest = json.loads((next((tmp_path / "results").iterdir()) / "manifest.json").read_text())
+    assert [r["round"] for r in manifest["runs"]] == [1, 2, 3]
+    cells = manifest["targets"][0]["stopping"]["cells"]
+    assert sorted((c["test"], c["reason"], c["n"], c["rounds"]) for c in cells) == [
+        ("pp16", "max", 3, 3), ("tg8", "max", 3, 3)]
+    assert all(c["halfwidth_pct"] > 0.001 for c in cells), cells
