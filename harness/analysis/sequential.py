@@ -11,7 +11,9 @@ Sequential Methods with Applications to Clinical Trials*, 2000, ch. 9): with at 
 is at level 1 - alpha / K, so by Bonferroni's inequality all K intervals cover the mean together with probability at
 least 1 - alpha, whatever data-dependent rule decides when to stop. K is known in advance: ``max - min + 1`` looks
 (after round min, min + 1, ..., max). It is conservative (wider than a Pocock bound for the same K), which costs
-rounds, not validity. ``naive`` (every look at 1 - alpha) is kept only so bench/rounds_aa.py can measure the
+rounds, not validity. The guarantee is as good as each look's t interval: exact for normal observations, a
+little optimistic for skewed ones (bench/rounds_aa.py on real decode tok/s: 5.7 % missed at a fixed 12 rounds for
+a stated 5 %). ``naive`` (every look at 1 - alpha) is kept only so bench/rounds_aa.py can measure the
 difference.
 """
 
