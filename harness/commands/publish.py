@@ -1,0 +1,41 @@
+"""``harness results publish OUT/``: the static dashboard of a results directory (harness/site/): plain HTML that
+opens from disk, a CI artifact or offline, with no server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from harness.commands.common import ResultsOpt, console
+from harness.commands.results import SetsOpt, err_line
+from harness.errors import UsageError
+
+
+def publish(out: Path = typer.Argument(..., metavar="OUT", help="the site's directory (its pages are replaced)"),
+            metric: list[str] = typer.Option(None, "--metric", metavar="NAME",
+                                             help="a metric to draw trends of (repeatable); default: the headline "
+                                                  "ones any set measured"),
+            results: Path = ResultsOpt, set_ids: list[str] = SetsOpt, include_incomplete: bool = typer.Option(
+                True, "--include-incomplete/--complete-only", help="list sets whose campaign did not complete "
+                                                                  "(marked; their runs count in trends)"),
+            ) -> None:
+    """Write a static site of the result sets: index, one page per set (report and figures), per board, and per
+    cell and metric a trend with its change points."""
+    from harness.results.history import history_sets, open_history
+    from harness.results.loader import find_result_set
+    from harness.results.metrics import METRICS
+    from harness.site.publish import DEFAULT_METRICS, publish as write_site
+
+    unknown = [name for name in metric or [] if name not in METRICS]
+    if unknown:
+        raise UsageError(f"unknown metric {unknown[0]!r}: expected one of {', '.join(METRICS)}")
+    if out.resolve() == results.resolve() or results.resolve() in out.resolve().parents:
+        raise UsageError(f"{out}: the site must be written outside the results directory {results}")
+    chosen = [find_result_set(name, results) for name in set_ids] if set_ids else None
+    sets = history_sets(chosen, results, include_incomplete, say=err_line)
+    if not sets:
+        raise UsageError(f"no result set to publish in {results}")
+    con = open_history([one.path for one in sets], results, include_incomplete=include_incomplete, say=err_line)
+    write_site(sets, con, out, metric or DEFAULT_METRICS, say=lambda line: console.print(line, highlight=False))
+
