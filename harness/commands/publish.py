@@ -16,16 +16,17 @@ def publish(out: Path = typer.Argument(..., metavar="OUT", help="the site's dire
             metric: list[str] = typer.Option(None, "--metric", metavar="NAME",
                                              help="a metric to draw trends of (repeatable); default: the headline "
                                                   "ones any set measured"),
-            results: Path = ResultsOpt, set_ids: list[str] = SetsOpt, include_incomplete: bool = typer.Option(
-                True, "--include-incomplete/--complete-only", help="list sets whose campaign did not complete "
-                                                                  "(marked; their runs count in trends)"),
-            ) -> None:
+            results: Path = ResultsOpt, set_ids: list[str] = SetsOpt,
+            include_incomplete: bool = typer.Option(False, "--include-incomplete", help="count the runs of sets "
+                                                    "whose campaign did not complete in the trends too"),
+    ) -> None:
     """Write a static site of the result sets: index, one page per set (report and figures), per board, and per
     cell and metric a trend with its change points."""
     from harness.results.history import history_sets, open_history
     from harness.results.loader import find_result_set
     from harness.results.metrics import METRICS
-    from harness.site.publish import DEFAULT_METRICS, publish as write_site
+    from harness.site.publish import DEFAULT_METRICS
+    from harness.site.publish import publish as write_site
 
     unknown = [name for name in metric or [] if name not in METRICS]
     if unknown:
@@ -33,9 +34,11 @@ def publish(out: Path = typer.Argument(..., metavar="OUT", help="the site's dire
     if out.resolve() == results.resolve() or results.resolve() in out.resolve().parents:
         raise UsageError(f"{out}: the site must be written outside the results directory {results}")
     chosen = [find_result_set(name, results) for name in set_ids] if set_ids else None
-    sets = history_sets(chosen, results, include_incomplete, say=err_line)
+    # every set is listed (an incomplete one marked); trends count complete sets only, as `results trend` does
+    sets = history_sets(chosen, results, include_incomplete=True, say=err_line)
     if not sets:
         raise UsageError(f"no result set to publish in {results}")
-    con = open_history([one.path for one in sets], results, include_incomplete=include_incomplete, say=err_line)
+    counted = [one.path for one in sets if one.complete or include_incomplete]
+    con = open_history(counted, results, include_incomplete=include_incomplete, say=err_line)
     write_site(sets, con, out, metric or DEFAULT_METRICS, say=lambda line: console.print(line, highlight=False))
 

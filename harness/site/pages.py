@@ -3,6 +3,7 @@ inlined, links relative), so it opens from disk, from a CI artifact and offline 
 
 from __future__ import annotations
 
+import hashlib
 import html
 import math
 import re
@@ -28,15 +29,8 @@ def esc(value: object) -> str:
 def slug(text: str) -> str:
     """A file name for a label (cells have spaces and '='): readable, and distinct labels stay distinct."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "_"
-    return cleaned if cleaned == text else f"{cleaned}-{abs(hash_text(text)) % 10**6:06d}"
-
-
-def hash_text(text: str) -> int:
-    """A stable hash (Python's hash() of a str changes with every process)."""
-    value = 0
-    for char in text.encode():
-        value = (value * 131 + char) % (2**61 - 1)
-    return value
+    # hashlib, not hash(): Python's hash of a str changes with every process, and links must not
+    return cleaned if cleaned == text else f"{cleaned}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
 def link(href: str, text: object) -> str:

@@ -5,6 +5,7 @@ CommonMark with tables) with the set's figures copied beside the page, so the re
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from markdown_it import MarkdownIt
@@ -28,7 +29,7 @@ def set_page(one: ResultSet, root: Path) -> Path:
         for figure in sorted(figures.iterdir()):
             if figure.suffix in FIGURE_SUFFIXES:
                 shutil.copyfile(figure, folder / "figures" / figure.name)
-    harness = one.manifest.get("harness") or {}
+    harness: Mapping[str, object] = one.manifest.get("harness") or {}
     status = status_of(one)
     head = (f'<p>status: <span class="{status}">{status}</span>, revision '
             f"<code>{esc(harness.get('git_revision') or 'none')}</code>, started {esc(one.manifest.get('started'))}"
