@@ -143,6 +143,13 @@ def test_the_trend_screenshot_shows_the_step_at_its_set_with_its_size(site: dict
                       rf" and {ids[STEP_AT]} \(rev{STEP_AT}\)", shown)
     assert found, shown
     assert float(found[3]) == pytest.approx(-20.0, abs=3.0)  # the injected step: 30 -> 24 tok/s
+    # the chart: a point per set, and the dashed line between the two sets of the step
+    points = browser.execute_script("return Array.from(document.querySelectorAll('svg.trend circle'), "
+                                    "c => [c.getBoundingClientRect().x, c.textContent])")
+    assert [title.split(" ")[0] for _, title in points] == ids
+    [line] = browser.execute_script("return Array.from(document.querySelectorAll('svg.trend .change-line'), "
+                                    "l => l.getBoundingClientRect().x)")
+    assert points[STEP_AT - 1][0] < line < points[STEP_AT][0]
     requests = pd.read_parquet(site["results"] / ids[0] / "tables" / "requests.parquet")
     runs = pd.read_parquet(site["results"] / ids[0] / "tables" / "runs.parquet")
     first = requests[requests["run_id"].isin(runs.loc[runs["arm"] == "b", "run_id"])]["decode_tps"].median()
@@ -187,3 +194,50 @@ def test_a_site_inside_the_results_or_an_unknown_metric_is_one_line_and_exit_2(s
     done = cli_in_process("results", "publish", str(results.parent / "x"), "--results", str(results),
                           "--metric", "nope")
     assert done.returncode == 2 and "unknown metric 'nope'" in done.stderr
+
+
+QUICKSTART = Path(__file__).parent / "data" / "harness" / "quickstart-4950e0"
+
+
+def quickstart_copies(results: Path, count: int) -> list[str]:
+    """``count`` copies of the real quickstart set of tests/data (a day apart, each its own revision), each with
+    the report.md and F4 figure the harness drew from it (tests/data/harness/SOURCE.md)."""
+    import json
+
+    expected = QUICKSTART.parent / "quickstart-4950e0-expected"
+    ids = []
+    for i in range(count):
+        set_id = f"2026120{i + 1}-121351-quickstart-4950e{i}"
+        path = results / set_id
+        shutil.copytree(QUICKSTART, path)
+        shutil.copyfile(expected / "report.md", path / "report.md")
+        (path / "figures").mkdir()
+        shutil.copyfile(expected / "change_vs_baseline.png", path / "figures" / "change_vs_baseline.png")
+        manifest = json.loads((path / "manifest.json").read_text())
+        manifest.update(set_id=set_id, started=f"2026-12-0{i + 1}T12:13:53+00:00",
+                        harness=dict(manifest["harness"], git_revision=f"rev{i}"))
+        (path / "manifest.json").write_text(json.dumps(manifest))
+        ids.append(set_id)
+    return ids
+
+
+def test_the_real_quickstart_set_publishes_a_trend_per_cell_and_llama_bench_test(tmp_path: Path, browser,  # noqa: ANN001
+                                                                                  ) -> None:
+    ids = quickstart_copies(tmp_path / "results", 3)
+    done = cli_in_process("results", "publish", str(tmp_path / "site"), "--results", str(tmp_path / "results"))
+    assert done.returncode == 0, done.stderr
+    cell = "read_ahead_kb=128 threads=2 cold"
+    [page] = (tmp_path / "site" / "trends" / "local").glob("read_ahead_kb_128_threads_2_cold-*--bench_tps.html")
+    shown = screenshot(browser, page, tmp_path / "bench.png")
+    assert f"bench_tps · {cell} · local" in shown and "3 set(s)" in shown and "pp16" in shown and "tg32" in shown
+    bench = pd.read_parquet(QUICKSTART / "tables" / "bench.parquet")
+    runs = pd.read_parquet(QUICKSTART / "tables" / "runs.parquet")
+    mine = bench[bench["run_id"].isin(runs.loc[runs["variant"] == cell, "run_id"])]
+    for test in ("pp16", "tg32"):  # llama-bench's tests drawn and listed apart, with the set's own medians
+        median = mine.loc[mine["test"] == test, "avg_tps"].median()
+        assert f"{ids[0]} rev0 2026-12-01 12:13:53+00:00 {test} {median:.4g}" in shown, test
+    assert open_page(browser, tmp_path / "site" / "sets" / ids[1] / "index.html") == []
+    text = browser.find_element("css selector", ".report").text
+    assert "Ratio vs the baseline" in text and "read_ahead_kb=128 threads=2 cold" in text
+    images = browser.execute_script("return Array.from(document.images, i => [i.src, i.naturalWidth])")
+    assert [(Path(src).name, width > 0) for src, width in images] == [("change_vs_baseline.png", True)]

@@ -1,5 +1,5 @@
 """Trend pages: per board, cell and metric, the median of every set that measured it (the history's
-``metric_by_set``), drawn by :func:`harness.figures.history.draw_trend` (SVG) with the change points of
+``metric_by_set``), drawn inline (harness/site/chart.py) with the change points of
 :func:`harness.analysis.changes.history_changes` marked and listed."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.changes import METHOD, SetChange, history_changes
-from harness.figures.history import draw_trend
 from harness.results.history import metric_by_set
 from harness.results.metrics import Metric
+from harness.site.chart import trend_svg
 from harness.site.pages import Cell, esc, link, number, page, slug, table, text
 
 
@@ -41,8 +41,6 @@ def trend_page(con: Any, root: Path, metric: Metric, cell: str, target: str) -> 
     folder = root / "trends" / slug(target)
     name = f"{slug(cell)}--{metric.name}"
     steps = history_changes(frame)
-    draw_trend(frame, metric, cell, target, folder / f"{name}.png", steps)
-    (folder / f"{name}.png").unlink()  # the SVG is enough for a browser, and smaller
     rows = [[Cell(link(f"../../sets/{r.set_id}/index.html", r.set_id)), text(r.harness_rev), text(r.started),
              *([text(r.test)] if "test" in frame else []), number(r.median), number(r.q1), number(r.q3),
              number(r.n, "{:d}")] for r in frame.itertuples()]
@@ -50,8 +48,8 @@ def trend_page(con: Any, root: Path, metric: Metric, cell: str, target: str) -> 
                "q1", "q3", "n"]
     found = "".join(f'<li class="change">{esc(c.line(metric.unit))}</li>' for c in steps)
     body = (f'<p>board {link("../../boards/" + slug(target) + ".html", target)}, cell <code>{esc(cell)}</code>, '
-            f"{esc(metric.name)} ({esc(metric.unit)}), {len(frame)} set(s)</p>"
-            f'<img src="{esc(name)}.svg" alt="trend of {esc(metric.name)}">'
+            f"{esc(metric.name)} ({esc(metric.unit)}), {frame['set_id'].nunique()} set(s)</p>"
+            f"{trend_svg(frame, metric, steps)}"
             f"<h2>change points: {len(steps)}</h2><ul>{found}</ul><p class=\"note\">method: {esc(METHOD)}</p>"
             f"<h2>per set</h2>{table('points', columns, rows)}")
     page(folder / f"{name}.html", root, f"{metric.name} · {cell} · {target}", body)
