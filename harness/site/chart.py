@@ -5,7 +5,7 @@ median (the browser shows it on hover).
 Why not the matplotlib figure of ``results trend`` (harness/figures/history.py): it costs 1-3 s a trend here (its
 width grows with the sets, one rotated label each), and a site of 100 sets has about 40 trends; this costs
 milliseconds and is part of the page (its numbers are text a test and a search can read). Tick values come from
-matplotlib's MaxNLocator, so the axes read as the figures' do.
+matplotlib's MaxNLocator (matplotlib.ticker, not pyplot: no backend to load), so the axes read as the figures' do.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from harness.analysis.changes import SetChange
-from harness.figures.history import set_label
 from harness.results.metrics import Metric
 from harness.site.pages import esc
 
@@ -24,6 +23,11 @@ WIDTH, HEIGHT = 1000, 340
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 50
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MAX_X_LABELS = 8  # a start stamp is ~95 px wide at 11 px: 8 fit the axis
+
+
+def stamp(set_id: str) -> str:
+    """``20261201-003539``: a set's start stamp, the first two parts of its id (as the trend figure labels it)."""
+    return "-".join(set_id.split("-")[:2])
 
 
 def y_scale(frame: pd.DataFrame) -> tuple[list[float], float, float]:
@@ -52,9 +56,8 @@ def trend_svg(frame: pd.DataFrame, metric: Metric, changes: Sequence[SetChange] 
     parts = [f'<line x1="{LEFT}" y1="{y(t):.1f}" x2="{WIDTH - RIGHT}" y2="{y(t):.1f}" class="grid"/>'
              f'<text x="{LEFT - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{t:.4g}</text>' for t in ticks]
     every = max(1, -(-len(order) // MAX_X_LABELS))
-    revs = dict(zip(frame["set_id"], frame["harness_rev"], strict=False))
     parts += [f'<text x="{x(i):.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">'
-              f"{esc(set_label(s, revs[s]).splitlines()[0])}</text>" for i, s in enumerate(order) if i % every == 0]
+              f"{esc(stamp(s))}</text>" for i, s in enumerate(order) if i % every == 0]
     groups = frame.groupby("test", sort=True) if "test" in frame else [(None, frame)]
     for k, (test, rows) in enumerate(groups):
         colour = COLOURS[k % len(COLOURS)]
