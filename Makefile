@@ -9,6 +9,8 @@ SYSTEM_PACKAGES := fio gcc g++ make cmake git libc6-dev openssh-server
 
 demo: setup
 	$(BIN)/harness run experiments/quickstart.yaml --target local
+	@# the dashboard of every set in results/ (a few seconds): open the printed index.html in a browser
+	$(BIN)/harness results publish results/site --results results
 
 # everything (the README's command and CI's); -ra ends with the reason of every skip
 test: setup

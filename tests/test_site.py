@@ -49,9 +49,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict:
     rng = np.random.default_rng(3)
     write_set(results, "20300301-030000-nightly-died", {"a": {"decode_tps": tok_s(rng, 20)},
                                                         "b": {"decode_tps": tok_s(rng, 20)}}, status="incomplete")
-    done = cli_in_process("results", "publish", str(base / "site"), "--results", str(results))
+    done = cli_in_process("results", "publish", str(results / "site"), "--results", str(results))  # as make demo
     assert done.returncode == 0, done.stderr
-    return {"results": results, "ids": ids, "out": base / "site", "stdout": done.stdout}
+    return {"results": results, "ids": ids, "out": results / "site", "stdout": done.stdout}
 
 
 @pytest.fixture(scope="module")
@@ -187,10 +187,13 @@ def test_publishing_again_drops_the_pages_of_sets_that_are_gone(site: dict, tmp_
     assert not (out / "sets" / site["ids"][-1]).exists() and (out / "sets" / site["ids"][0]).exists()
 
 
-def test_a_site_inside_the_results_or_an_unknown_metric_is_one_line_and_exit_2(site: dict) -> None:
+def test_a_site_over_the_results_or_in_a_set_or_an_unknown_metric_is_one_line_and_exit_2(site: dict) -> None:
     results = site["results"]
-    done = cli_in_process("results", "publish", str(results / "site"), "--results", str(results))
-    assert done.returncode == 2 and "outside the results directory" in done.stderr
+    for out in (results, results / site["ids"][0] / "site"):
+        done = cli_in_process("results", "publish", str(out), "--results", str(results))
+        assert done.returncode == 2 and "must not be the results directory or lie inside a result set" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert not (results / site["ids"][0] / "site").exists()
     done = cli_in_process("results", "publish", str(results.parent / "x"), "--results", str(results),
                           "--metric", "nope")
     assert done.returncode == 2 and "unknown metric 'nope'" in done.stderr

@@ -31,8 +31,12 @@ def publish(out: Path = typer.Argument(..., metavar="OUT", help="the site's dire
     unknown = [name for name in metric or [] if name not in METRICS]
     if unknown:
         raise UsageError(f"unknown metric {unknown[0]!r}: expected one of {', '.join(METRICS)}")
-    if out.resolve() == results.resolve() or results.resolve() in out.resolve().parents:
-        raise UsageError(f"{out}: the site must be written outside the results directory {results}")
+    # publishing replaces OUT's pages: never the results directory itself, nor inside a set (results/site is fine:
+    # a directory without a manifest is no set)
+    inside = [p for p in (out.resolve(), *out.resolve().parents) if (p / "manifest.json").exists()]
+    if out.resolve() == results.resolve() or inside:
+        raise UsageError(f"{out}: the site must not be the results directory or lie inside a result set"
+                         + (f" ({inside[0]})" if inside else ""))
     chosen = [find_result_set(name, results) for name in set_ids] if set_ids else None
     # every set is listed (an incomplete one marked); trends count complete sets only, as `results trend` does
     sets = history_sets(chosen, results, include_incomplete=True, say=err_line)
