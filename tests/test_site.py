@@ -244,3 +244,22 @@ def test_the_real_quickstart_set_publishes_a_trend_per_cell_and_llama_bench_test
     assert "Ratio vs the baseline" in text and "read_ahead_kb=128 threads=2 cold" in text
     images = browser.execute_script("return Array.from(document.images, i => [i.src, i.naturalWidth])")
     assert [(Path(src).name, width > 0) for src, width in images] == [("change_vs_baseline.png", True)]
+
+
+def test_markup_in_a_report_or_a_name_shows_as_text(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    [set_id] = quickstart_copies(results, 1)
+    report = results / set_id / "report.md"
+    report.write_text(report.read_text() + "\n<script>alert(1)</script> error: `<b>` in a name\n")
+    done = cli_in_process("results", "publish", str(tmp_path / "site"), "--results", str(results))
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "site" / "sets" / set_id / "index.html").read_text()
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<code>&lt;b&gt;</code>" in page
+
+
+def test_an_empty_results_directory_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "results").mkdir()
+    done = cli_in_process("results", "publish", str(tmp_path / "site"), "--results", str(tmp_path / "results"))
+    assert done.returncode == 2 and "no result set to publish" in done.stderr
+    assert not (tmp_path / "site").exists()

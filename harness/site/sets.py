@@ -14,6 +14,8 @@ from harness.results.loader import ResultSet
 from harness.site.pages import esc, page
 
 FIGURE_SUFFIXES = (".png", ".svg")
+# html off: a report quotes names from the data (cells, commands, errors), which must show as text, never as markup
+RENDER = MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
 def status_of(one: ResultSet) -> str:
@@ -36,7 +38,7 @@ def set_page(one: ResultSet, root: Path) -> Path:
             f", ended {esc(one.manifest.get('ended'))}</p>")
     report = one.path / "report.md"
     if report.exists():
-        rendered = MarkdownIt("commonmark").enable("table").render(report.read_text(encoding="utf-8"))
+        rendered = RENDER.render(report.read_text(encoding="utf-8"))
         body = f'{head}<div class="report">{rendered}</div>'
     else:
         body = f'{head}<p class="note">no report.md in this set (`harness report {esc(one.set_id)}` draws it)</p>'
