@@ -23,7 +23,7 @@ def publish(out: Path = typer.Argument(..., metavar="OUT", help="the site's dire
     """Write a static site of the result sets: index, one page per set (report and figures), per board, and per
     cell and metric a trend with its change points."""
     from harness.results.history import history_sets, open_history
-    from harness.results.loader import find_result_set
+    from harness.results.loader import find_result_set, is_result_set
     from harness.results.metrics import METRICS
     from harness.site.publish import DEFAULT_METRICS
     from harness.site.publish import publish as write_site
@@ -33,7 +33,7 @@ def publish(out: Path = typer.Argument(..., metavar="OUT", help="the site's dire
         raise UsageError(f"unknown metric {unknown[0]!r}: expected one of {', '.join(METRICS)}")
     # publishing replaces OUT's pages: never the results directory itself, nor inside a set (results/site is fine:
     # a directory without a manifest is no set)
-    inside = [p for p in (out.resolve(), *out.resolve().parents) if (p / "manifest.json").exists()]
+    inside = [p for p in (out.resolve(), *out.resolve().parents) if is_result_set(p)]
     if out.resolve() == results.resolve() or inside:
         raise UsageError(f"{out}: the site must not be the results directory or lie inside a result set"
                          + (f" ({inside[0]})" if inside else ""))
