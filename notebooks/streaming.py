@@ -90,7 +90,7 @@ cell_efficiency(bounds) if not bounds.empty else bounds
 # ## The figures
 #
 # - `decode_vs_device` (F1): one point per cold request, decode tok/s against device MB/s during decode; Pearson r
-#   over all requests in the title and per cell in the legend.
+#   within each cell in the legend (no pooled r: cells differ in kind, docs/methodology.md section 7).
 # - `decode_vs_fio` (F3): device MB/s while decoding, per cell, next to the fio ladder on the same file (grey):
 #   which rung of the ladder decode actually uses.
 # - `change_vs_baseline` (F4): each variant as a ratio of medians against the baseline, 95 % CI whiskers, log axis.

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,11 +47,17 @@ def slow_only(what: str) -> None:
         pytest.fail(f"{quick} {what} but is not marked slow (@pytest.mark.slow)", pytrace=False)
 
 
+def without_columns(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment without COLUMNS: the output a CI log gets (stdout not a terminal: tables at natural width),
+    whatever the shell that started pytest exported."""
+    return {k: v for k, v in environ.items() if k != "COLUMNS"}
+
+
 def run_cli(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict[str, str] | None = None,
             ) -> subprocess.CompletedProcess[str]:
     """Run ``harness ARGS`` as a user would, in a subprocess."""
     done = subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200", **(env or {})}, check=False)
+                          timeout=timeout, env={**without_columns(os.environ), **(env or {})}, check=False)
     if args and args[0] in ("run", "deploy") and done.returncode != 2:
         slow_only(f"ran a campaign (`harness {args[0]}` got past its input checks)")  # exit 2: refused bad input
     return done
@@ -66,16 +72,14 @@ def cli_in_process(*args: str, cwd: Path = REPO, env: dict[str, str] | None = No
     import io
 
     from harness import cli
-    from harness.commands.common import console, err_console
 
     if args and args[0] in ("run", "deploy"):
         raise AssertionError("cli_in_process is for commands that do not start a campaign: use run_cli")
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd = dict(os.environ), Path.cwd()
     saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    saved_widths = console.width, err_console.width
-    os.environ.update({"COLUMNS": "200", **(env or {})})
-    console.width = err_console.width = 200  # as run_cli's COLUMNS=200 gives a fresh process
+    os.environ.pop("COLUMNS", None)  # as run_cli's environment
+    os.environ.update(env or {})
     code: int | str | None = 0
     try:
         os.chdir(cwd)
@@ -88,7 +92,6 @@ def cli_in_process(*args: str, cwd: Path = REPO, env: dict[str, str] | None = No
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-        console.width, err_console.width = saved_widths
         for signum, handler in saved_signals.items():
             signal.signal(signum, handler)
     returncode = code if isinstance(code, int) else (0 if code is None else 1)
@@ -273,7 +276,7 @@ class Controller:
              *(["--scratch", str(self.scratch)] if own_scratch else []),  # off: under each target's workdir
              "--targets-dir", str(targets_dir or private_targets_dir())],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "HARNESS_PAUSE_AT": phase, "COLUMNS": "200",
+            env={**without_columns(os.environ), "HARNESS_PAUSE_AT": phase,
                  **({"HARNESS_PAUSE_RELEASE": str(release)} if release else {}), **(env or {})},
             preexec_fn=start_as_a_background_job if ignore_sigint else start_from_a_terminal)
         self.out: list[str] = []

@@ -83,8 +83,7 @@ def nightly_history(results: Path, step: float) -> list[str]:
 
 def test_results_changes_finds_the_step_in_one_cell_only(tmp_path: Path) -> None:
     ids = nightly_history(tmp_path, 0.8)
-    done = cli_in_process("results", "changes", "decode_tps", "--target", "local", "--results", str(tmp_path),
-                          env={"COLUMNS": "250"})
+    done = cli_in_process("results", "changes", "decode_tps", "--target", "local", "--results", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "change points of decode_tps (tok/s) on local: 1" in done.stdout
     [row] = [line for line in done.stdout.splitlines() if ids[STEP_AT] in line]

@@ -15,7 +15,7 @@ import pytest
 
 from harness.campaign.plan import build_plan
 from harness.campaign.resolve import load_resolved
-from tests.helpers import REPO, cli_in_process
+from tests.helpers import REPO, cli_in_process, without_columns
 from tests.test_ci_workflow import load, schema_check
 
 EXPERIMENT = """\
@@ -119,7 +119,7 @@ def test_the_commands_it_runs_take_its_options(workflow: Path) -> None:
         text = _step(workflow, step)["run"]
         used = {word.split("=")[0] for word in text.split() if word.startswith("--")}
         help_text = subprocess.run([sys.executable, "-m", "harness", command, "--help"], cwd=REPO, text=True,
-                                   capture_output=True, env={**os.environ, "COLUMNS": "300"}, check=True).stdout
+                                   capture_output=True, env=without_columns(os.environ), check=True).stdout
         assert used and all(option in help_text for option in used), (command, used - set(help_text.split()))
 
 

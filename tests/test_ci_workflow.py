@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO, cli_in_process
+from tests.helpers import REPO, cli_in_process, without_columns
 
 WORKFLOW = REPO / ".github" / "workflows" / "regression.yml"
 CHECK_JSONSCHEMA = REPO / ".venv" / "bin" / "check-jsonschema"
@@ -110,7 +110,7 @@ def test_the_commands_the_workflow_runs_take_its_options() -> None:
         text = _step(workflow, step)["run"]
         used = {word for word in text.split() if word.startswith("--")}
         help_text = subprocess.run([sys.executable, "-m", "harness", command, "--help"], cwd=REPO, text=True,
-                                   capture_output=True, env={**os.environ, "COLUMNS": "300"}, check=True).stdout
+                                   capture_output=True, env=without_columns(os.environ), check=True).stdout
         assert used and all(option in help_text for option in used), (command, used)
 
 

@@ -319,3 +319,19 @@ def test_confirm_reruns_the_suspected_cells_on_the_board(tmp_path: Path) -> None
     assert all(r["status"] == "ok" and r["target"] == "local" for r in runs)
     [cell] = report["cells"]
     assert (cell["n_baseline"], cell["n_candidate"]) == (5, 5) and cell["verdict"] == "regression", cell
+
+
+LONG_ARM = "a-variant-name-longer-than-a-terminal-would-leave-room-for"
+
+
+def test_tables_keep_their_natural_width_where_stdout_is_not_a_terminal(tmp_path: Path) -> None:
+    """A CI log: stdout a pipe, no COLUMNS. Rich took 80 columns there and cut the cells ("arm=a-vari…") and
+    wrapped the verdicts one word per line; every row must come out whole, on one line."""
+    cells = decode_cells(seed=1, change=0.90)
+    write_set(tmp_path, "20261201-000000-gatetest-aaaaaa", {"a": cells["a"], LONG_ARM: cells["b"]})
+    done = run_cli("gate", "--results", str(tmp_path), "gatetest", "--baseline-variant", "arm=a",
+                   "--metric", "decode_tps", "--max-regression", "5%")
+    assert done.returncode == 1, done.stderr
+    [row] = [line for line in done.stdout.splitlines() if f"arm={LONG_ARM} cold" in line]
+    assert "20/20" in row and "regression" in row and "ratio and interval past 0.95" in row, done.stdout
+    assert "…" not in done.stdout and len(row) > 80

@@ -18,7 +18,7 @@ import pytest
 
 from harness.boards.labgrid_client import labgrid_missing
 from harness.results.loader import load_result_set
-from tests.helpers import REPO, run_cli, wait_for
+from tests.helpers import REPO, run_cli, wait_for, without_columns
 from tests.labgrid_farm import LabgridFarm
 from tests.sshd import NetnsBoard, SshServer, netns_unavailable, sshd_unavailable
 
@@ -82,7 +82,7 @@ def _controller(tmp_path: Path, targets: Path, results: Path, user: str, *extra:
     return subprocess.Popen([sys.executable, "-m", "harness", "run", str(_experiment(tmp_path, runtime_s)),
                              "--targets-dir", str(targets), "--results", str(results), *extra],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "LG_USERNAME": user, "COLUMNS": "200", **(env or {})})
+                            env={**without_columns(os.environ), "LG_USERNAME": user, **(env or {})})
 
 
 def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:

@@ -15,7 +15,16 @@ from pathlib import Path
 import pytest
 
 from harness.results.loader import load_result_set
-from tests.helpers import REPO, STARTED, Controller, private_targets_dir, run_campaign, slow_only, wait_for
+from tests.helpers import (
+    REPO,
+    STARTED,
+    Controller,
+    private_targets_dir,
+    run_campaign,
+    slow_only,
+    wait_for,
+    without_columns,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.fault]
 
@@ -41,7 +50,7 @@ class Resumed:
             [sys.executable, "-m", "harness", "run", "--resume", set_id, "--results", str(ctl.results),
              "--targets-dir", str(private_targets_dir())], cwd=REPO, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "HARNESS_PAUSE_AT": phase, "HARNESS_PAUSE_RELEASE": str(release), "COLUMNS": "200"})
+            env={**without_columns(os.environ), "HARNESS_PAUSE_AT": phase, "HARNESS_PAUSE_RELEASE": str(release)})
         STARTED.append(self.proc)
         self.lines: list[str] = []
         self.out: list[str] = []

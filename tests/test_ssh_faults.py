@@ -21,7 +21,7 @@ from harness.campaign.plan import build_plan
 from harness.campaign.pull import verify_checksums
 from harness.config.experiment import load_experiment
 from harness.results.loader import load_result_set
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, wait_for, without_columns
 from tests.sshd import SshServer, sshd_unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")]
@@ -51,7 +51,7 @@ def _start_campaign(tmp_path: Path, targets: Path, text: str = THREE_RUNS) -> su
     return subprocess.Popen([sys.executable, "-m", "harness", "run", str(exp), "--targets-dir", str(targets),
                              "--target", "board", "--results", str(tmp_path / "results")], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
+                            env=without_columns(os.environ))
 
 
 def _wait_for_run(results: Path, proc: subprocess.Popen[str], index: int) -> dict:

@@ -23,7 +23,7 @@ from harness.figures.report import fio_summary
 from harness.results.loader import load_result_set
 from harness.results.metrics import METRICS
 from harness.results.samples import samples
-from tests.helpers import REPO, STARTED, private_base, private_targets_dir, slow_only, wait_for
+from tests.helpers import REPO, STARTED, private_base, private_targets_dir, slow_only, wait_for, without_columns
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def test_a_perturbed_run_is_marked_measured_again_and_left_out(tmp_path: Path) -
         [sys.executable, "-m", "harness", "run", str(exp), "--results", str(results), "--retry-perturbed", "1",
          "--scratch", str(private_base() / f"scratch-{tmp_path.name}"), "--targets-dir", str(private_targets_dir())],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "COLUMNS": "200", "HARNESS_PAUSE_AT": "preflight,between-runs",
+        env={**without_columns(os.environ), "HARNESS_PAUSE_AT": "preflight,between-runs",
              "HARNESS_PAUSE_RELEASE": str(release)})
     STARTED.append(proc)  # conftest stops it if this test fails midway
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)

@@ -1,7 +1,11 @@
 """Statistics used by figures, reports and the gate. Each function says where its method comes from.
 
 - Pearson correlation: scipy.stats.pearsonr (two-sided p-value under normality), as the seed
-  article reports decode tok/s against NVMe MB/s (r = 0.90 over 8 requests).
+  article reports decode tok/s against NVMe MB/s (r = 0.90 over 8 requests), with its 95 % interval by
+  Fisher's z transformation (``PearsonRResult.confidence_interval``; Fisher 1915, 1921). Only within a
+  cell: pooling cells that differ in kind (warm requests read nothing and decode fast, cold ones of every
+  readahead stream) gives an r that says only that the cells differ (the quickstart set pooled -0.96 over 39
+  requests; within its cold cells r is 0.90, -0.45 and 0.95), so ``correlations_by_cell`` is what a report shows.
 - Same-session comparison against a baseline: every variant is compared with the baseline measured
   in the same round of the same result set (the rounds interleave A B A B), as a per-round ratio,
   then summarised as mean ± sample sd over rounds. Pairing by round cancels slow drift, which the
@@ -24,6 +28,8 @@ class Correlation:
     r: float
     p: float
     n: int
+    low: float = math.nan  # the 95 % interval of r (Fisher z); NaN with 3 pairs (its standard error is 1/sqrt(n-3))
+    high: float = math.nan
 
 
 def pearson(x: pd.Series, y: pd.Series) -> Correlation | None:
@@ -32,7 +38,26 @@ def pearson(x: pd.Series, y: pd.Series) -> Correlation | None:
     if len(pairs) < 3 or pairs["x"].nunique() < 2 or pairs["y"].nunique() < 2:
         return None
     result = stats.pearsonr(pairs["x"], pairs["y"])
-    return Correlation(float(result.statistic), float(result.pvalue), len(pairs))
+    low = high = math.nan
+    if len(pairs) > 3:
+        interval = result.confidence_interval(confidence_level=0.95)
+        low, high = float(interval.low), float(interval.high)
+    return Correlation(float(result.statistic), float(result.pvalue), len(pairs), low, high)
+
+
+CORRELATION_COLUMNS = ["cell", "n", "r", "low", "high", "p"]
+
+
+def correlations_by_cell(frame: pd.DataFrame, x: str, y: str, cell: str = "cell") -> pd.DataFrame:
+    """Per cell (in the frame's order): n paired observations, Pearson r with its 95 % interval and p; r, the
+    interval and p are NaN where the cell has fewer than 3 pairs or a constant side."""
+    rows = []
+    for name, group in frame.groupby(cell, sort=False):
+        corr = pearson(group[x], group[y])
+        n = corr.n if corr else int(group[[x, y]].replace([math.inf, -math.inf], math.nan).dropna().shape[0])
+        rows.append({"cell": name, "n": n, "r": corr.r if corr else math.nan, "low": corr.low if corr else math.nan,
+                     "high": corr.high if corr else math.nan, "p": corr.p if corr else math.nan})
+    return pd.DataFrame(rows, columns=CORRELATION_COLUMNS)
 
 
 def change_vs_baseline(frame: pd.DataFrame, value: str, cell: list[str], baseline: dict[str, Any],

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from rich.console import Console
 
+from harness.commands.common import err_console
 from harness.commands.comparison import (
     CROSS_SESSION_NOTE,
     Across,
@@ -172,7 +172,7 @@ def _confirm(cand: ResultSet, suspected: list[Pair], rounds: int, same_session: 
     from harness.commands.run import RichProgress
 
     run_ids = {run for pair in suspected for run in pair.cand_runs + (pair.base_runs if same_session else [])}
-    err = Console(stderr=True)  # stdout stays the report (--format json)
+    err = err_console  # stdout stays the report (--format json)
     err.print(f"confirming {len(suspected)} suspected cells: {rounds} more rounds", highlight=False)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[run]}"))

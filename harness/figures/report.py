@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis.stats import pearson
 from harness.figures import FIGURES, FigureContext
 from harness.figures.change import observations, ratio_table
+from harness.figures.correlation_report import correlation_lines
 from harness.figures.equivalence_report import equivalence_lines
 from harness.figures.process_waits import process_wait_lines
 from harness.figures.replay_report import replay_validation_lines
@@ -320,11 +320,9 @@ def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], chan
     requests = request_summary(rs)
     if not requests.empty:
         points = ok_requests(runs, rs.table(REQUESTS.name), list(manifest.get("matrix") or {}))
-        corr = pearson(points["decode_dev_mbps"], points["decode_tps"])
-        lines += ["", "## Requests (llama-server, bmoe): decode and the device", "", _table(requests), ""]
-        if corr:
-            lines.append(f"Pearson r (decode tok/s vs device MB/s, all requests) = {corr.r:.2f}, n = {corr.n}, "
-                         f"p = {corr.p:.2g}")
+        lines += ["", "## Requests (llama-server, bmoe): decode and the device", "", _table(requests)]
+        lines += correlation_lines(points)
+        lines.append("")
     lines += wait_lines(rs, list(manifest.get("matrix") or {}))  # counters and samples side by side
     lines += process_wait_lines(rs, list(manifest.get("matrix") or {}))  # which process of the tree waited
     bench = bench_summary(rs)

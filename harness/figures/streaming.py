@@ -2,11 +2,11 @@
 request and baseline helpers F4 (:mod:`harness.figures.change`), F5 (:mod:`harness.figures.bandwidth`) and
 report.md share.
 
-F1: decode tok/s against device MB/s during decode, one point per request, with Pearson r (the seed
-article found r = 0.90 over 8 requests). F3: decode-time device throughput placed against the fio
-QD ladder measured on the same file. report.md's change table: each cell against the same-session
-baseline cell, mean ± sd over interleaved rounds; in a set that compares builds (:func:`build_baseline`), each
-cell against the baseline build's cell equal in everything else, the pairing of ``harness gate --across build``.
+F1: decode tok/s against device MB/s during decode, one point per request, with Pearson r within each cell (the seed
+article found r = 0.90 over 8 requests of one setting). F3: decode-time device throughput placed against the fio QD
+ladder measured on the same file. report.md's change table: each cell against the same-session baseline cell, mean ±
+sd over interleaved rounds; in a set that compares builds (:func:`build_baseline`), each cell against the baseline
+build's cell equal in everything else, the pairing of ``harness gate --across build``.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def cold_if_any(data: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 def decode_vs_device(runs: pd.DataFrame, requests: pd.DataFrame, params: list[str], out_dir: Path,
                      set_id: str, settings: str) -> list[Path]:
-    """F1: one point per request; colour = cell with its own r (the seed's r = 0.90 was within one
-    setting); Pearson r over all requests in the title."""
+    """F1: one point per request; colour = cell with its own r and n (the seed's r = 0.90 was within one
+    setting). No r over all requests: it pools cells that differ in kind (harness.figures.correlation_report)."""
     data = ok_requests(runs, requests, params)
     if data.empty:
         return []
@@ -63,17 +63,16 @@ def decode_vs_device(runs: pd.DataFrame, requests: pd.DataFrame, params: list[st
     per_cell: dict[str, dict[str, float]] = {}
     for cell, group in data.groupby("cell", sort=False):
         within = pearson(group["decode_dev_mbps"], group["decode_tps"])
-        label = f"{cell} (r = {within.r:.2f})" if within else cell
-        per_cell[cell] = {"r": within.r, "p": within.p, "n": within.n} if within else {"n": len(group)}
+        label = f"{cell} (r = {within.r:.2f}, n = {within.n})" if within else f"{cell} (n = {len(group)})"
+        per_cell[cell] = {"r": within.r, "p": within.p, "n": within.n, "low": within.low, "high": within.high} \
+            if within else {"n": len(group)}
         ax.scatter(group["decode_dev_mbps"], group["decode_tps"], s=18, label=label, alpha=0.8)
-    corr = pearson(data["decode_dev_mbps"], data["decode_tps"])
-    r_text = f"Pearson r = {corr.r:.2f} (n = {corr.n}, p = {corr.p:.2g})" if corr else "r: too few points"
     ax.set_xlabel("device read MB/s during decode")
     ax.set_ylabel("decode tok/s")
-    ax.set_title(f"decode speed vs device throughput, {which}\n{r_text}", fontsize=9)
-    fig.legend(fontsize=7, title="cell (r within the cell)", title_fontsize=7, loc="outside lower center", ncols=2)
-    numbers = {"r": corr.r if corr else None, "p": corr.p if corr else None, "n": corr.n if corr else len(data),
-               "which": which, "cells": per_cell}
+    ax.set_title(f"decode speed vs device throughput, {which}\nPearson r within each cell (legend)", fontsize=9)
+    fig.legend(fontsize=7, title="cell (r within the cell, its requests)", title_fontsize=7,
+               loc="outside lower center", ncols=2)
+    numbers = {"n": len(data), "which": which, "cells": per_cell}
     return save(fig, out_dir, "decode_vs_device", set_id, settings, runs, numbers)
 
 
