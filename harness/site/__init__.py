@@ -4,7 +4,8 @@ into its page, and the one small script (assets/site.js, inlined) only filters a
 
 - pages: the page shell (navigation, the inlined CSS and script) and tables.
 - sets: one page per result set, its report.md rendered (markdown-it-py) with its figures copied beside it.
-- trends: per board, cell and metric, the per-set medians drawn by harness.figures.history with the change
-  points of harness.analysis.changes marked.
+- trends: per board, cell and metric, the per-set medians (harness.results.history.metric_by_set) with the change
+  points of harness.analysis.changes marked and listed.
+- chart: a trend as inline SVG (milliseconds, where results trend's matplotlib figure takes seconds).
 - publish: the whole site: index (the sets), boards, trends, sets.
 """
