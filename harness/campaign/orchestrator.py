@@ -146,6 +146,8 @@ def new_writer(ctx: CampaignContext, results_dir: Path) -> ResultSetWriter:
         "baseline": experiment.baseline,
         "scratch": ctx.scratch,  # --resume uses it again (None: the target's workdir)
         "fio_policy": experiment.fio.model_dump(),  # allow_exec: said here when it was on
+        # ingest marks runs below its minimums invalid (harness/results/minimums.py); the report states them
+        "validity": experiment.validity.model_dump() if experiment.validity is not None else None,
     }
     if loaded.build_sources:  # --build-source: said (and used again by --resume) only when given
         prepared["build_sources"] = loaded.build_sources

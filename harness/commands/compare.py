@@ -120,7 +120,7 @@ def _row(pair: Pair, metric: Metric) -> dict[str, Any]:
 
 def _notes(base: ResultSet, cand: ResultSet) -> list[str]:
     """What the reader should know: a set incomplete, runs left out."""
-    from harness.results.samples import perturbed_note, runs_not_ok
+    from harness.results.samples import invalid_note, perturbed_note, runs_not_ok
 
     notes = []
     for one in [base] if cand is base else [base, cand]:
@@ -132,9 +132,7 @@ def _notes(base: ResultSet, cand: ResultSet) -> list[str]:
         if not bad.empty:
             notes.append(f"{one.set_id}: {len(bad)} runs not ok are left out ({', '.join(bad['run_id'][:5])}"
                          f"{', ...' if len(bad) > 5 else ''})")
-        perturbed = perturbed_note(one)
-        if perturbed:
-            notes.append(perturbed)
+        notes += [note for note in (perturbed_note(one), invalid_note(one)) if note]
     return notes
 
 

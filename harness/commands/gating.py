@@ -33,7 +33,7 @@ from harness.commands.gate_report import GateOutcome
 from harness.errors import InfrastructureError, ResultSetError, UsageError
 from harness.results.loader import ResultSet, find_result_set, load_result_set, unverified_note
 from harness.results.metrics import Metric
-from harness.results.samples import perturbed_note, runs_not_ok, samples
+from harness.results.samples import invalid_note, perturbed_note, runs_not_ok, samples
 
 
 def check_modes(baseline_variant: str | None, baseline: str | None, axis: str | None,
@@ -70,6 +70,7 @@ def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, s
         outcome.notes.append(CROSS_SESSION_NOTE)
     sets = [cand] if base is cand else [cand, base]
     outcome.notes += [note for one in sets if (note := perturbed_note(one, include_perturbed))]
+    outcome.notes += [note for one in sets if (note := invalid_note(one))]
     outcome.notes += [unverified_note(one) for one in ([cand] if base is cand else [cand, base]) if not one.verified]
     pairs = _all_pairs(specs, cand, found, base_found, baseline_variant, base, chosen)
     outcome.rows = [_row(pair, spec) for pair, spec in pairs]

@@ -46,6 +46,7 @@ def print_summary(result: CampaignResult) -> None:
     from harness.figures.report import (
         bench_summary,
         fio_summary,
+        invalid_lines,
         not_cleared_lines,
         perturbed_lines,
         read_summary,
@@ -59,7 +60,7 @@ def print_summary(result: CampaignResult) -> None:
     runs = rs.table("runs")
     for line in filter(None, not_cleared_lines(runs) if not runs.empty else []):
         console.print(f"[yellow]{line.removeprefix('- ').replace('**', '')}[/]", highlight=False)
-    for line in filter(None, perturbed_lines(runs) if not runs.empty else []):
+    for line in filter(None, [*perturbed_lines(runs), *invalid_lines(runs)] if not runs.empty else []):
         console.print(line.removeprefix("- ").replace("**", ""), style="yellow", highlight=False, markup=False)
     fio = fio_summary(rs)
     if not fio.empty:

@@ -25,7 +25,14 @@ from harness.parsers.fio import ordered_jobs
 from harness.results.cachestate import cache_label, not_cleared
 from harness.results.loader import ResultSet, load_result_set
 from harness.results.manifest import Manifest
-from harness.results.selection import including_perturbed, perturbed_mask, perturbed_runs, usable_runs
+from harness.results.selection import (
+    including_perturbed,
+    invalid_mask,
+    invalid_runs,
+    perturbed_mask,
+    perturbed_runs,
+    usable_runs,
+)
 from harness.results.tables import BENCH, FIO, REQUESTS, RUNS
 
 MB = 1e6
@@ -278,6 +285,17 @@ def perturbed_lines(runs: pd.DataFrame, included: bool = False) -> list[str]:
     return lines + [""]
 
 
+def invalid_lines(runs: pd.DataFrame) -> list[str]:
+    """report.md's list of the runs too short to mean anything (below the experiment's validity minimums)."""
+    short = invalid_runs(runs)
+    if short.empty:
+        return []
+    lines = ["", f"**{len(short)} invalid run(s)** (decode below the experiment's validity: minimums), kept in the "
+                 "tables, left out of the summaries, figures, compare and gate:", ""]
+    lines += [f"- `{run['run_id']}` invalid: {run.get('invalid_reason')}" for _, run in short.iterrows()]
+    return lines + [""]
+
+
 _MEASURED = (("foreign CPU", "foreign_cpu_pct"), ("runqueue", "runqueue_pct"), ("steal", "steal_pct"))
 
 
@@ -308,7 +326,8 @@ def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], chan
                      + _place_of(target))
     lines += ["", "## Runs", ""]
     if not marked.empty:
-        status = marked["status"].where(~perturbed_mask(marked), "ok, perturbed")
+        status = marked["status"].where(~perturbed_mask(marked), "ok, perturbed").where(~invalid_mask(marked),
+                                                                                          "ok, too short")
         counts = marked.assign(cache=cache_label, status=status).groupby(["step", "cache", "status"]).size() \
             .reset_index(name="runs")
         lines += [_table(counts), ""]
@@ -317,6 +336,7 @@ def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], chan
         for _, run in failed.iterrows():
             lines.append(f"- `{run['run_id']}` {run['status']}: {run.get('error')}")
         lines += perturbed_lines(marked, include_perturbed)
+        lines += invalid_lines(marked)
     requests = request_summary(rs)
     if not requests.empty:
         points = ok_requests(runs, rs.table(REQUESTS.name), list(manifest.get("matrix") or {}))

@@ -24,6 +24,7 @@ from harness.parsers.blockstat import parse_snapshot
 from harness.results.cachestate import cache_drop_columns
 from harness.results.emulation import emulation_columns
 from harness.results.manifest import Manifest, verdict
+from harness.results.minimums import Minimums, verdict_columns
 from harness.results.store import disk_error
 from harness.results.streamed import RunTable, StreamedTables
 from harness.results.tables import FACTS, RUNS, TABLES_DIR, table_file
@@ -101,8 +102,10 @@ def main_rusage(record: RunRecord) -> dict[str, Any]:
     return next(iter(usage.values()), {})
 
 
-def ingest_run(raw_dir: Path, planned: Mapping[str, Any]) -> dict[str, Rows | RunTable]:
-    """All table rows one run contributes (a table a collector read column-wise, as a RunTable)."""
+def ingest_run(raw_dir: Path, planned: Mapping[str, Any],
+               minimums: Minimums | None = None) -> dict[str, Rows | RunTable]:
+    """All table rows one run contributes (a table a collector read column-wise, as a RunTable); the run row
+    says whether its decode was below the experiment's ``minimums`` (harness/results/minimums.py)."""
     record_path = raw_dir / "run.json"
     record: RunRecord | None
     try:
@@ -110,6 +113,7 @@ def ingest_run(raw_dir: Path, planned: Mapping[str, Any]) -> dict[str, Rows | Ru
     except ValueError:
         record = None  # a pull cut short (a full disk): the run counts as not pulled; --resume pulls it again
     run = run_row(planned, record)
+    run.update(verdict_columns({}, None, False))  # every run has the columns, not judged until its rows are read
     tables: dict[str, Rows | RunTable] = {RUNS.name: [run]}
     if record is None:
         return tables
@@ -138,6 +142,8 @@ def ingest_run(raw_dir: Path, planned: Mapping[str, Any]) -> dict[str, Rows | Ru
             kept = tables.setdefault(table, [])
             assert isinstance(kept, list)  # a table is streamed (RunTable) or rows, never both
             kept.extend(rows)
+    rows_only = {name: rows for name, rows in tables.items() if isinstance(rows, list)}
+    run.update(verdict_columns(rows_only, minimums, run["status"] == "ok"))
     return tables
 
 
@@ -154,9 +160,10 @@ def write_tables(set_path: Path, manifest: Manifest) -> dict[str, int]:
     """(Re)build every table of a result set from its raw directories; return row counts."""
     tables: dict[str, Rows] = {RUNS.name: []}
     streamed = StreamedTables(set_path)  # written run by run: an hour of thread samples is 11.5 M rows
+    minimums = Minimums.of(manifest.get("validity"))  # the experiment's, as the campaign recorded them
     for planned in manifest["runs"]:
         raw_dir = set_path / "raw" / planned["target"] / planned["run_id"]
-        for table, rows in ingest_run(raw_dir, planned).items():
+        for table, rows in ingest_run(raw_dir, planned, minimums).items():
             if isinstance(rows, RunTable):
                 streamed.write(table, rows)
             else:

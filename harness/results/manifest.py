@@ -149,6 +149,8 @@ class Prepared(TypedDict):
     scratch: str | None  # --scratch, used again by --resume (None: the target's workdir)
     fio_policy: dict[str, Any]  # allow_exec: said here when it was on
     build_sources: NotRequired[dict[str, dict[str, str]]]  # --build-source: build name -> the source given
+    # the experiment's validity: limits (None: off); ingest holds each run's decode to its minimums
+    validity: NotRequired[dict[str, Any] | None]
 
 
 class Manifest(TypedDict, total=False):
@@ -175,6 +177,7 @@ class Manifest(TypedDict, total=False):
     scratch: str | None  # --scratch, used again by --resume (None: the target's workdir)
     fio_policy: dict[str, Any]
     build_sources: dict[str, dict[str, str]]  # only a campaign given --build-source; --resume uses it again
+    validity: dict[str, Any] | None  # the experiment's validity: limits (None: off; absent: a set made before)
     resumed: list[str]  # when --resume reopened it, in order
     confirms: Confirms
     upgraded_from: UpgradedFrom

@@ -20,7 +20,7 @@ import pandas as pd
 from harness.results.cell import CellKey
 from harness.results.loader import ResultSet
 from harness.results.metrics import Metric
-from harness.results.selection import perturbed_runs, usable_runs
+from harness.results.selection import invalid_runs, perturbed_runs, usable_runs
 from harness.results.tables import RUNS
 from harness.results.variants import variants
 
@@ -107,6 +107,15 @@ def runs_not_ok(result_set: ResultSet) -> pd.DataFrame:
     bad = runs[runs["status"] != "ok"]
     bad = bad.assign(step=bad["step_label"], error=bad["error"] if "error" in bad else None)
     return bad[columns].reset_index(drop=True)
+
+
+def invalid_note(result_set: ResultSet) -> str | None:
+    """One line saying how many ok runs were left out as too short (validity minimums), and the first few."""
+    left = invalid_runs(labelled_runs(result_set))
+    if left.empty:
+        return None
+    shown = "; ".join(f"{run.run_id}: {run.invalid_reason}" for run in left.head(3).itertuples())
+    return f"{result_set.set_id}: {len(left)} invalid runs are left out ({shown}{'; ...' if len(left) > 3 else ''})"
 
 
 def perturbed_note(result_set: ResultSet, included: bool = False) -> str | None:
