@@ -9,6 +9,8 @@ SYSTEM_PACKAGES := fio gcc g++ make cmake git libc6-dev openssh-server
 
 demo: setup
 	$(BIN)/harness run experiments/quickstart.yaml --target local
+	@# the dashboard of every set in results/ (a few seconds): open the printed index.html in a browser
+	$(BIN)/harness results publish results/site --results results
 
 # everything (the README's command and CI's); -ra ends with the reason of every skip
 test: setup
@@ -22,7 +24,8 @@ setup: system-deps venv native
 
 # Missing system tools: installed with apt when running as root, otherwise one clear message.
 # adb (the real adb host server the adb transport tests use) is optional: without it those tests skip; so is
-# ccache (runner/enginebuild builds through it when present).
+# ccache (runner/enginebuild builds through it when present), and chromium with chromium-driver (the dashboard's
+# browser tests, tests/test_site.py: Debian's browser, never a download).
 system-deps:
 	@missing=""; \
 	command -v fio >/dev/null || missing="$$missing fio"; \
@@ -43,18 +46,21 @@ system-deps:
 	fi; \
 	optional() { \
 	  command -v $$1 >/dev/null && return 0; \
+	  pkg=$${4:-$$1}; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing: $$1 ($$2)"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$1) >/dev/null 2>&1 || \
-	      echo "note: $$1 could not be installed; $$3 will skip"; \
+	    echo "installing: $$pkg ($$2)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkg) >/dev/null 2>&1 || \
+	      echo "note: $$pkg could not be installed; $$3 will skip"; \
 	  else \
-	    echo "note: $$1 is not installed (sudo apt-get install $$1); $$3 will skip"; \
+	    echo "note: $$pkg is not installed (sudo apt-get install $$pkg); $$3 will skip"; \
 	  fi; \
 	}; \
 	optional bpftrace "the offcpu ground-truth collector and its tests" "the offcpu collector tests"; \
 	optional adb "the real adb server for the adb transport tests" "the adb transport tests"; \
 	optional ccache "the compiler cache engine builds go through (a one-patch rebuild in seconds)" \
-	  "the compiler cache of engine builds"
+	  "the compiler cache of engine builds"; \
+	optional chromium "the headless browser the dashboard tests open its pages in" "the dashboard browser tests"; \
+	optional chromedriver "chromium's WebDriver, which selenium drives" "the dashboard browser tests" chromium-driver
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -44,6 +44,7 @@ def _register() -> None:
         parse,
         plan,
         probe,
+        publish,
         report,
         results,
         run,
@@ -56,6 +57,7 @@ def _register() -> None:
         module.register(app)
     results.register(results_app)
     results_app.command("changes")(changes.changes)  # beside trend; its own module (results.py stays short)
+    results_app.command("publish")(publish.publish)  # the static dashboard (harness/site/)
 
 
 def main(argv: list[str] | None = None) -> None:

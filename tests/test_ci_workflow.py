@@ -97,7 +97,8 @@ def test_steps_run_the_experiment_gate_it_and_keep_both_reports() -> None:
     assert gate["if"] == "${{ always() && steps.run.outputs.set != '' }}"
     assert gate["env"]["SET"] == "${{ steps.run.outputs.set }}"
     assert "--metric decode_tps" in gate["run"] and "--junit gate.xml" in gate["run"]
-    uploads = [s for s in _steps(workflow) if s.get("uses", "").startswith("actions/upload-artifact@")]
+    uploads = [s for s in _steps(workflow) if s.get("uses", "").startswith("actions/upload-artifact@")
+               and s["with"]["path"] != "dashboard"]  # the history's site: test_the_nightly_job_publishes_...
     assert sorted(s["with"]["path"] for s in uploads) == sorted([env["RESULTS"], "gate.xml"])
     assert all(s["if"] == "always()" for s in uploads)
     assert "GITHUB_STEP_SUMMARY" in _step(workflow, "GITHUB_STEP_SUMMARY")["run"]
@@ -144,3 +145,16 @@ def test_the_nightly_job_lists_the_change_points_its_set_confirms(board_workflow
     step = steps["change points"]
     assert "env.HARNESS_HISTORY != ''" in step["if"]
     assert 'results changes decode_tps --target "$BOARD" --results "$HARNESS_HISTORY" --new' in step["run"]
+
+
+def test_the_nightly_job_publishes_the_history_as_a_site_and_uploads_it(board_workflow: Path) -> None:
+    """With HARNESS_HISTORY set, the board's history becomes the dashboard artifact (opened from disk, no server)."""
+    steps = {step.get("name"): step for step in load(board_workflow)["jobs"]["regression"]["steps"]}
+    names = list(steps)
+    assert names.index("change points") < names.index("dashboard") < names.index("upload the dashboard")
+    assert steps["dashboard"]["run"] == '.venv/bin/harness results publish dashboard --results "$HARNESS_HISTORY"'
+    upload = steps["upload the dashboard"]
+    assert upload["with"]["path"] == "dashboard" and "env.HARNESS_HISTORY != ''" in upload["if"]
+    help_text = subprocess.run([sys.executable, "-m", "harness", "results", "publish", "--help"], cwd=REPO, text=True,
+                               capture_output=True, env=without_columns(os.environ), check=True).stdout
+    assert "--results" in help_text

@@ -108,7 +108,7 @@ def test_validity_defaults_off_and_partial_limits(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("line", "message"), [
     ("validity: {max_foreign: 10}", "x.yaml:4: validity.max_foreign: unknown key 'max_foreign' (expected one of: "
                                     "max_runqueue_pct, max_foreign_cpu_pct, max_steal_pct, allow_throttling, "
-                                    "min_decode_tokens, min_window_s)"),
+                                    "min_decode_tokens, min_window_s, exclude_outliers)"),
     ("validity:\n  max_runqueue_pct: 120", "x.yaml:5: validity.max_runqueue_pct: Input should be less than or "
                                            "equal to 100 (got 120)"),
     ("validity: {max_steal_pct: lots}", "x.yaml:4: validity.max_steal_pct: "),

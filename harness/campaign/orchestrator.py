@@ -21,15 +21,14 @@ from harness.boards.session import TargetSession
 from harness.campaign import declared, stopping
 from harness.campaign import resume as resuming
 from harness.campaign.context import CampaignContext, Progress, QuietProgress
-from harness.campaign.plan import Plan, PlannedRun
+from harness.campaign.plan import Plan, planned
 from harness.campaign.preflight import preflight
 from harness.campaign.space import check_results_space
 from harness.campaign.target import run_target
 from harness.config.target import Target
-from harness.results.manifest import Prepared, RunEntry
+from harness.results.manifest import Prepared
 from harness.results.store import ResultSetWriter
 from harness.results.tables import ENERGY
-from harness.steps import STEPS
 
 __all__ = ["Campaign", "CampaignResult", "Progress", "QuietProgress", "stopping"]
 
@@ -53,7 +52,7 @@ class Campaign:
         self.results_dir, self.lease_wait_s = results_dir, lease_wait_s
 
     def run(self) -> CampaignResult:
-        check_results_space(self.results_dir, len(self.ctx.plan.runs) * len(self.ctx.targets))
+        check_results_space(self.results_dir, self.ctx.plan.most_runs * len(self.ctx.targets))
         sessions = self._preflight()
         try:
             stopping.checkpoint("preflight")
@@ -154,18 +153,6 @@ def new_writer(ctx: CampaignContext, results_dir: Path) -> ResultSetWriter:
         prepared["build_sources"] = loaded.build_sources
     writer.record_prepared(prepared)
     return writer
-
-
-def planned(target: Target, run: PlannedRun) -> RunEntry:
-    step = STEPS[run.step]
-    entry: RunEntry = {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
-                       "step_label": run.cell.label, "engine": step.engine_label(run.cell.config),
-                       "cache": run.cache, "round": run.round, "repeat": run.repeat,
-                       "params": run.params, "estimate_s": round(run.estimate_s, 1), "status": "pending"}
-    env = step.env(run.cell.config)
-    if env:  # only where a step sets one: the manifest of a set without env: is as before
-        entry["env"] = env
-    return entry
 
 
 def _energy(ctx: CampaignContext, writer: ResultSetWriter) -> int:

@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.experiment import BUILD_AXIS, LoadedExperiment, matrix_cells
+from harness.config.rounds import first_rounds
+from harness.config.target import Target
 from harness.config.template import render
 from harness.config.validate import validate
 from harness.errors import ConfigError
+from harness.results.manifest import RunEntry
 from harness.steps import STEPS, step_kind
 from harness.units import parse_size
 
@@ -60,10 +63,18 @@ class PlannedRun:
 class Plan:
     experiment: LoadedExperiment
     runs: list[PlannedRun] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)  # in plan order: what a further round runs
+    sizes: dict[str, int] = field(default_factory=dict)  # the data files' sizes the estimates used
 
     @property
     def estimate_s(self) -> float:
         return sum(r.estimate_s for r in self.runs)
+
+    @property
+    def most_runs(self) -> int:
+        """The runs per target at most: the plan's, or with rounds until tight every cell to ``max``."""
+        rounds = self.experiment.experiment.rounds
+        return len(self.runs) if isinstance(rounds, int) else len(self.runs) // rounds.min * rounds.max
 
 
 # More cells than a lab could measure in a month; a larger matrix is a typo or a hostile file.
@@ -118,20 +129,29 @@ def build_plan(loaded: LoadedExperiment, file_sizes: dict[str, int] | None = Non
     if not cells:
         raise ConfigError("the experiment expands to zero runs", file=doc.source)
 
-    plan = Plan(loaded)
+    plan = Plan(loaded, cells=cells, sizes=sizes)
     if exp.energy.idle_s is not None:  # the idle baseline first on every target, before anything warms the board
         idle = STEPS["idle"]
         cell = Cell(-1, "idle", "idle", idle.Config.model_validate({"seconds": exp.energy.idle_s}), baseline, "none")
         plan.runs.append(PlannedRun(1, "0001-idle", cell, 1, 1, idle.estimate_s(cell.config, sizes) + _RUN_OVERHEAD_S))
-    for round_ in range(1, exp.rounds + 1):
-        for cell in cells:
-            for rep in range(1, exp.repeat + 1):
-                index = len(plan.runs) + 1
-                parts = [f"{index:04d}", cell.label, *(_slug(v) for v in cell.params.values()), cell.cache,
-                         f"r{round_}"] + ([f"x{rep}"] if exp.repeat > 1 else [])
-                estimate = STEPS[cell.step].estimate_s(cell.config, sizes) + _RUN_OVERHEAD_S
-                plan.runs.append(PlannedRun(index, "-".join(parts), cell, round_, rep, estimate))
+    for round_ in range(1, first_rounds(exp.rounds) + 1):
+        plan.runs.extend(round_runs(plan, cells, round_, len(plan.runs) + 1))
     return plan
+
+
+def round_runs(plan: Plan, cells: list[Cell], round_: int, first_index: int) -> list[PlannedRun]:
+    """One interleaved round of ``cells`` (in plan order, each ``repeat`` times), numbered from ``first_index``:
+    the plan's rounds, and a round rounds-until-tight adds (harness.campaign.rounds)."""
+    repeat = plan.experiment.experiment.repeat
+    runs: list[PlannedRun] = []
+    for cell in cells:
+        for rep in range(1, repeat + 1):
+            index = first_index + len(runs)
+            parts = [f"{index:04d}", cell.label, *(_slug(v) for v in cell.params.values()), cell.cache,
+                     f"r{round_}"] + ([f"x{rep}"] if repeat > 1 else [])
+            estimate = STEPS[cell.step].estimate_s(cell.config, plan.sizes) + _RUN_OVERHEAD_S
+            runs.append(PlannedRun(index, "-".join(parts), cell, round_, rep, estimate))
+    return runs
 
 
 def step_engines(step: Any, config: Any) -> set[str]:
@@ -179,3 +199,15 @@ def check_cell(step: Any, config: Any, loaded: LoadedExperiment, loc: tuple[str 
 
 # Cache preparation, collector start/stop and the pull; measured on this machine at well under 2 s.
 _RUN_OVERHEAD_S = 1.5
+
+
+def planned(target: Target, run: PlannedRun) -> RunEntry:
+    step = STEPS[run.step]
+    entry: RunEntry = {"run_id": run.run_id, "index": run.index, "target": target.name, "step": run.step,
+                       "step_label": run.cell.label, "engine": step.engine_label(run.cell.config),
+                       "cache": run.cache, "round": run.round, "repeat": run.repeat,
+                       "params": run.params, "estimate_s": round(run.estimate_s, 1), "status": "pending"}
+    env = step.env(run.cell.config)
+    if env:  # only where a step sets one: the manifest of a set without env: is as before
+        entry["env"] = env
+    return entry

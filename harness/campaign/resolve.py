@@ -13,9 +13,11 @@ from typing import Any
 from harness.collectors import check_collectors
 from harness.config.declared_engine import Declared, placeholders
 from harness.config.experiment import Experiment, LoadedExperiment, load_experiment
+from harness.config.rounds import RoundsSpec
 from harness.config.yamlsrc import YamlDoc
 from harness.emulation.controller import check_emulation
 from harness.engines import ENGINES, check_engines
+from harness.results.metrics import METRICS
 from harness.steps import check_steps
 from harness.steps.declared import resolve_declared
 
@@ -29,7 +31,15 @@ def resolve_experiment(loaded: LoadedExperiment) -> LoadedExperiment:
     check_emulation(experiment, doc)
     declared = resolve_declared(experiment, doc, loaded.path)  # the run step's declared engines
     check_build_engines(experiment, doc, declared)
+    check_rounds(experiment, doc)
     return loaded
+
+
+def check_rounds(experiment: Experiment, doc: YamlDoc) -> None:
+    """rounds: {until: {metric}} names a metric the harness knows (harness/results/metrics.py)."""
+    if isinstance(experiment.rounds, RoundsSpec) and experiment.rounds.until.metric not in METRICS:
+        raise doc.error(("rounds", "until", "metric"), f"unknown metric {experiment.rounds.until.metric!r} "
+                                                        f"(known: {', '.join(METRICS)})")
 
 
 def check_build_engines(experiment: Experiment, doc: YamlDoc, declared: dict[str, Declared]) -> None:

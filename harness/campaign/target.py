@@ -15,6 +15,7 @@ from harness.campaign.context import CampaignContext
 from harness.campaign.lifecycle import RunLifecycle
 from harness.campaign.plan import PlannedRun
 from harness.campaign.resume import pull_finished
+from harness.campaign.rounds import Steering
 from harness.errors import ExpectationError
 from harness.results.manifest import TargetFields, retry_entry
 from harness.results.store import ResultSetWriter
@@ -24,6 +25,9 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
     target = session.target
     created: list[str] = []
     todo = [run for run in ctx.plan.runs if (target.name, run.run_id) not in ctx.keep]
+    steering = Steering.of(ctx, writer, target.name)
+    if steering is not None:  # a resumed set: the extra rounds it had begun, or the round it had not yet judged
+        todo = todo + steering.left_over() or steering.resumed()
     if not todo:
         return  # a resumed set with nothing left here: no data files made, nothing probed again
     # what a killed controller of this set made here and could not remove goes at the end, like this one's own
@@ -44,19 +48,30 @@ def run_target(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSes
             learnt["builds"] = builds.identities(ctx, target.name)
         writer.update_target(target.name, **learnt)
         check_expectations(ctx, session, writer, facts, "before")
-        perturbed: list[PlannedRun] = []
-        for position, run in enumerate(todo):
-            if measure(ctx, writer, session, paths, run):
-                perturbed.append(run)
-            round_ends = position + 1 == len(todo) or todo[position + 1].round != run.round
-            if round_ends and perturbed:
-                retry_perturbed(ctx, writer, session, paths, perturbed)
-                perturbed = []
+        run_rounds(ctx, writer, session, paths, todo, steering)
         check_expectations(ctx, session, writer, facts, "after")
     finally:
         files.remove_created(ctx, session, created)
         # pulled runs were removed one by one; the set's runs/ directory goes when empty (rmdir only)
         session.transport.run(["rmdir", f"{session.workdir}/runs/{ctx.set_id}"])
+
+
+def run_rounds(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession, paths: dict[str, str],
+               todo: list[PlannedRun], steering: Steering | None) -> None:
+    """The runs in order; at each round's end its perturbed runs measured again (--retry-perturbed) and, with
+    rounds until tight, the next round's runs (harness.campaign.rounds) once the planned ones are done."""
+    queue, perturbed = list(todo), []
+    while queue:
+        run = queue.pop(0)
+        if measure(ctx, writer, session, paths, run):
+            perturbed.append(run)
+        if queue and queue[0].round == run.round:
+            continue
+        if perturbed:
+            retry_perturbed(ctx, writer, session, paths, perturbed)
+            perturbed = []
+        if steering is not None and not queue:
+            queue = steering.after_round(run.round)
 
 
 def adopt(ctx: CampaignContext, writer: ResultSetWriter, session: TargetSession,

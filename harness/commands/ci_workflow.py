@@ -25,7 +25,8 @@ TEMPLATE = """\
 #   HARNESS_RUNNER_LABELS  the runner's labels as a JSON list; default: @LABELS_NOTE@
 #   BASELINE_VARIANT       the cell the gate compares the others with; default: @BASELINE@
 #   HARNESS_HISTORY        a directory on the runner that keeps every night's set; when set, each set is copied
-#                          there and the change points it confirms are listed in the job summary; default: none
+#                          there, the change points it confirms are listed in the job summary and the history is
+#                          published as a static site (artifact dashboard-RUN); default: none
 #
 # Never on pull requests, on purpose: a pull request from a fork would run its own code (the Makefile, the
 # harness, the experiment) on the lab board, with the board's network, its keys and everything the runner user
@@ -92,6 +93,19 @@ jobs:
           mkdir -p "$HARNESS_HISTORY"
           cp -r "$SET" "$HARNESS_HISTORY/"
           .venv/bin/harness results changes decode_tps --target "$BOARD" --results "$HARNESS_HISTORY" --new
+
+      - name: dashboard
+        if: ${{ always() && env.HARNESS_HISTORY != '' }}
+        # the board's history as a static site: download the artifact and open dashboard/index.html (no server)
+        run: .venv/bin/harness results publish dashboard --results "$HARNESS_HISTORY"
+
+      - name: upload the dashboard
+        if: ${{ always() && env.HARNESS_HISTORY != '' }}
+        uses: actions/upload-artifact@v4
+        with:
+          name: dashboard-${{ github.run_id }}
+          path: dashboard
+          if-no-files-found: ignore
 
       - name: upload the result set
         if: always()

@@ -66,7 +66,7 @@ def compare(a: str = typer.Argument(..., metavar="A", help="the baseline set: id
     by_name = {m.name: m for m in metrics}
     rows = [_row(pair, by_name[pair.metric]) for pair in pairs]
     against = base.set_id if b is not None else axis.label() if axis is not None else baseline_variant
-    notes = ([CROSS_SESSION_NOTE] if b is not None else []) + _notes(base, cand)
+    notes = ([CROSS_SESSION_NOTE] if b is not None else []) + _notes(base, cand, metrics)
     _print(rows, notes, output, f"{cand.set_id} vs {against}",
            {"baseline": against, "set": cand.set_id, "mode": "cross-session" if b is not None else "same-session"})
 
@@ -118,8 +118,9 @@ def _row(pair: Pair, metric: Metric) -> dict[str, Any]:
             "higher_is_better": metric.higher_is_better}
 
 
-def _notes(base: ResultSet, cand: ResultSet) -> list[str]:
-    """What the reader should know: a set incomplete, runs left out."""
+def _notes(base: ResultSet, cand: ResultSet, metrics: list[Metric]) -> list[str]:
+    """What the reader should know: a set incomplete, runs left out, outliers flagged."""
+    from harness.commands.comparison import outlier_note
     from harness.results.samples import invalid_note, perturbed_note, runs_not_ok
 
     notes = []
@@ -133,6 +134,7 @@ def _notes(base: ResultSet, cand: ResultSet) -> list[str]:
             notes.append(f"{one.set_id}: {len(bad)} runs not ok are left out ({', '.join(bad['run_id'][:5])}"
                          f"{', ...' if len(bad) > 5 else ''})")
         notes += [note for note in (perturbed_note(one), invalid_note(one)) if note]
+        notes += [note for metric in metrics if (note := outlier_note(one, metric))]
     return notes
 
 

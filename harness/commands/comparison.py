@@ -16,12 +16,13 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
+from harness.analysis.outliers import THRESHOLD, flag_outliers
 from harness.errors import UsageError
 from harness.results.cell import CellKey
 from harness.results.loader import ResultSet
 from harness.results.metrics import METRICS, Metric
 from harness.results.pairing import BaselineRule, CellPair, across, pair_cells, same_cell
-from harness.results.samples import labelled_runs, missing_columns, samples
+from harness.results.samples import CELL, labelled_runs, missing_columns, samples
 from harness.results.selection import perturbed_runs
 
 # Count metrics are near-deterministic for a model and build; times move with clocks, heat and neighbours.
@@ -110,13 +111,41 @@ def metric_samples(result_set: ResultSet, metric: Metric, include_perturbed: boo
         what = f"no {metric.table.name} rows" if table.empty else \
             f"table {metric.table.name} has no column {', '.join(missing)}"
         raise UsageError(f"metric {metric.name}: {result_set.path} has {what}")
-    found = samples(result_set, metric, include_perturbed=include_perturbed)
+    found = screened(result_set, samples(result_set, metric, include_perturbed=include_perturbed))
     if found.empty:
         perturbed = "" if include_perturbed or not perturbed_runs(labelled_runs(result_set)).size else \
             " that was not perturbed (--include-perturbed counts perturbed runs)"
         raise UsageError(f"metric {metric.name}: {result_set.path} has no value of it in a run with status ok"
                          f"{perturbed}")
     return found
+
+
+def excludes_outliers(result_set: ResultSet) -> bool:
+    """The experiment said ``validity: {exclude_outliers: true}`` (a set made before the key: no)."""
+    return bool((result_set.manifest.get("validity") or {}).get("exclude_outliers"))
+
+
+def screened(result_set: ResultSet, found: pd.DataFrame) -> pd.DataFrame:
+    """The samples with each one's modified z-score against its cell (``modified_z``, ``outlier``); the outliers
+    left out where the experiment says so, kept otherwise (harness/analysis/outliers.py)."""
+    flagged = flag_outliers(found, CELL)
+    return flagged[~flagged["outlier"]] if excludes_outliers(result_set) else flagged
+
+
+def outlier_note(result_set: ResultSet, metric: Metric, include_perturbed: bool = False) -> str | None:
+    """One line naming the samples of ``metric`` flagged as outliers in the set (none: None), and their fate."""
+    if missing_columns(result_set, metric):
+        return None
+    flagged = flag_outliers(samples(result_set, metric, include_perturbed=include_perturbed), CELL)
+    out = flagged[flagged["outlier"]] if not flagged.empty else flagged
+    if out.empty:
+        return None
+    fate = "left out of the medians (validity.exclude_outliers)" if excludes_outliers(result_set) else \
+        "kept in the medians: result may be unstable"
+    shown = "; ".join(f"{row.variant} {row.run_id} {row.value:.4g} (z {row.modified_z:+.1f})"
+                      for row in out.head(3).itertuples())
+    return (f"{result_set.set_id}: {metric.name}: {len(out)} outlier sample(s), |modified z| > {THRESHOLD:g} against "
+            f"their cell's MAD, {fate} ({shown}{'; ...' if len(out) > 3 else ''})")
 
 
 def present_metrics(*sets: ResultSet) -> list[Metric]:

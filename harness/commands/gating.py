@@ -27,6 +27,7 @@ from harness.commands.comparison import (
     ci_text,
     cross_set_pairs,
     metric_samples,
+    outlier_note,
     same_session_pairs,
 )
 from harness.commands.gate_report import GateOutcome
@@ -71,6 +72,8 @@ def decide_gate(name: str, baseline_variant: str | None, baseline: str | None, s
     sets = [cand] if base is cand else [cand, base]
     outcome.notes += [note for one in sets if (note := perturbed_note(one, include_perturbed))]
     outcome.notes += [note for one in sets if (note := invalid_note(one))]
+    outcome.notes += [note for one in sets for spec in specs
+                      if (note := outlier_note(one, spec.metric, include_perturbed))]
     outcome.notes += [unverified_note(one) for one in ([cand] if base is cand else [cand, base]) if not one.verified]
     pairs = _all_pairs(specs, cand, found, base_found, baseline_variant, base, chosen)
     outcome.rows = [_row(pair, spec) for pair, spec in pairs]

@@ -11,6 +11,7 @@ from harness.boards.inventory import load_targets, select_targets
 from harness.campaign.plan import build_plan
 from harness.campaign.resolve import load_resolved
 from harness.commands.common import TargetsDirOpt, console
+from harness.config.rounds import RoundsSpec
 
 
 def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
@@ -31,6 +32,12 @@ def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
     names = ", ".join(t.name for t in chosen)
     console.print(f"targets: {names} (one run at a time per target)")
     console.print(f"estimated duration: {total / 60:.1f} min per target ({total:.0f} s)")
+    rounds = loaded.experiment.rounds
+    if isinstance(rounds, RoundsSpec):  # the plan holds the minimum; the rest depends on what is measured
+        most = total / rounds.min * rounds.max
+        console.print(f"rounds until tight: {rounds.min} rounds planned, up to {rounds.max} while a cell's "
+                      f"{rounds.until.metric} interval is wider than {rounds.until.ci_halfwidth_pct:g} %: "
+                      f"at most {most / 60:.1f} min per target ({most:.0f} s)")
 
 
 def register(app: typer.Typer) -> None:

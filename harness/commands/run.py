@@ -28,6 +28,9 @@ class RichProgress:
         self.tasks: dict[str, TaskID] = {}
 
     def target_started(self, target: str, total: int) -> None:
+        if target in self.tasks:  # rounds until tight added a round: the same bar, longer
+            self.progress.update(self.tasks[target], total=total)
+            return
         self.tasks[target] = self.progress.add_task(target, total=total, run="")
 
     def run_started(self, target: str, run: PlannedRun) -> None:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from harness.config.rounds import Rounds
 from harness.config.validate import StrictModel, validate
 from harness.config.validity import ValidityLimits, off_to_none
 from harness.config.yamlsrc import YamlDoc, load_yaml
@@ -131,7 +132,8 @@ class Experiment(StrictModel):
     # the cell every other cell is compared with (same session, same round); default: the first cell
     baseline: dict[str, Scalar] | None = None
     repeat: Annotated[int, Field(ge=1)] = 1
-    rounds: Annotated[int, Field(ge=1)] = 1
+    # a fixed number, or {min, max, until}: rounds until every cell's interval is tight (harness.config.rounds)
+    rounds: Rounds = 1
     cache: Literal["cold", "warm", "both", "none"] = "cold"
     collect: dict[str, dict[str, Any] | None] | list[str] = Field(default_factory=list)
     # board emulation (harness.emulation.controller): memory / I/O budget and read_ahead_kb; values may be templates

@@ -4,6 +4,8 @@ A run beyond a limit stays "ok" (the runner did its job) but is marked ``perturb
 (harness/results/validity.py), shown in the report and left out of summaries, figures, compare and gate. A run
 that decoded too few tokens or over too short a window (``min_decode_tokens``, ``min_window_s``) is marked
 ``invalid`` the same way (harness/results/minimums.py): measured fine, but too short to mean anything.
+``exclude_outliers`` drops the samples flagged as outliers (harness/analysis/outliers.py) from compare's and the
+gate's medians; without it they are flagged and kept.
 ``validity: off`` (or null) measures but marks nothing.
 """
 
@@ -42,6 +44,9 @@ class ValidityLimits(StrictModel):
         default=MIN_DECODE_TOKENS, description="tokens every request (llama-bench: every tg test) must decode")
     min_window_s: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="seconds every decode window must last (off by default: the token count decides)")
+    exclude_outliers: bool = Field(
+        default=False, description="leave samples with |modified z| > 3.5 in their cell out of compare's and the "
+                                   "gate's medians (flagged and kept by default)")
 
 
 def off_to_none(value: Any) -> Any:

@@ -18,8 +18,10 @@ from harness.figures.change import observations, ratio_table
 from harness.figures.correlation_report import correlation_lines
 from harness.figures.energy_report import energy_lines
 from harness.figures.equivalence_report import equivalence_lines
+from harness.figures.outlier_report import outlier_lines
 from harness.figures.process_waits import process_wait_lines
 from harness.figures.replay_report import replay_validation_lines
+from harness.figures.rounds_report import stopping_lines
 from harness.figures.streaming import BUILD, baseline_cell, build_baseline, cell_label, change_table, ok_requests
 from harness.figures.waits import wait_lines
 from harness.parsers.fio import ordered_jobs
@@ -338,6 +340,8 @@ def _write_markdown(rs: ResultSet, manifest: Manifest, figures: list[Path], chan
             lines.append(f"- `{run['run_id']}` {run['status']}: {run.get('error')}")
         lines += perturbed_lines(marked, include_perturbed)
         lines += invalid_lines(marked)
+        lines += outlier_lines(rs)
+    lines += stopping_lines(manifest)  # rounds until tight: which cells stopped when, and why
     requests = request_summary(rs)
     if not requests.empty:
         points = ok_requests(runs, rs.table(REQUESTS.name), list(manifest.get("matrix") or {}))

@@ -100,6 +100,7 @@ class TargetFields(TypedDict, total=False):
     expectations_after: list[dict[str, Any]]
     engines: dict[str, Any]  # the engines built or deployed on it, by name
     builds: dict[str, BuildIdentity]  # the named builds made for it (builds:), by name
+    stopping: dict[str, Any]  # rounds until tight: the rule and each cell's last look (harness.campaign.rounds)
 
 
 class TargetEntry(TargetFields, total=False):
