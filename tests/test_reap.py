@@ -42,15 +42,17 @@ def test_a_reap_stays_inside_its_target_and_set() -> None:
             proc.wait()
 
 
-# a step process that forks a child which leaves its process group and session, as fio's job processes do
+# a step process that forks a child which leaves its process group and session, as fio's job processes do; the
+# child says its pid once it has left (the parent printing it right after the fork raced the child's setsid: under
+# load the test saw the child still in the leader's session)
 LEADER_AND_SETSID_CHILD = """
 import os, sys, time
 child = os.fork()
 if child == 0:
     os.setsid()
+    print(os.getpid(), flush=True)
     time.sleep(600)
     os._exit(0)
-print(child, flush=True)
 time.sleep(600)
 """
 
