@@ -182,6 +182,10 @@ tracepoint:sched:sched_switch {
   if ($t0 > 0) {
     $w = $ts;
     if (@woke[$next] > 0) { $w = @woke[$next]; } else { @unwoken = count(); }
+    // the waker stamps @woke on its own CPU and can do so after this program took $ts (it read @since before the
+    // switch in cleared it): unclamped, $ts - $w wrapped to 2^64 ns and one interval claimed 584 years
+    if ($w > $ts) { $w = $ts; }
+    if ($w < $t0) { $w = $t0; }
     @blocked[@tgid[$next], $next, @why[$next], @d[$next], @fd[$next]] = sum($w - $t0);
     @waited[@tgid[$next], $next, @why[$next], @d[$next], @fd[$next]] = sum($ts - $w);
     @n[@tgid[$next], $next, @why[$next], @d[$next], @fd[$next]] = count();
