@@ -112,7 +112,7 @@ class ThreadFiles:
     def read(self):
         """(schedstat fields, stat fields after comm, comm, status text or None); None once the thread is gone."""
         texts = [_pread(fd) for fd in self.fds]
-        if any(not t for t in texts[:2]):
+        if any(not t for t in texts):  # status too: a thread gone between its stat and its status is gone
             return None
         stat = texts[1]
         comm = stat[stat.index("(") + 1:stat.rindex(")")]

@@ -608,7 +608,13 @@ static void write_from_proc(struct thread *t) {
         fields[n++] = tok;
     if (n < 13)
         return;
-    int has_status = t->status_fd >= 0 && read_at0(t->status_fd, status, sizeof status) > 0;
+    int has_status = t->status_fd >= 0;
+    if (has_status && read_at0(t->status_fd, status, sizeof status) <= 0) {
+        /* exited between its stat and its status: a row without the switches would be its last, read as "no
+           switches counted" (the rows before had them) */
+        thread_gone = 1;
+        return;
+    }
     sched_from_proc++;
     put_line_start(now, t, sched);
     const char *stat_fields[3] = {fields[11], fields[12], n > 39 ? fields[39] : "-"};
