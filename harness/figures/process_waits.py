@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.waits import CLASSES, SAMPLED, sampled_shares, wait_shares, worked
-from harness.figures.waits import _clock_ticks, _markdown, _thread_reads, _windows
+from harness.figures.waits import _clock_ticks, _markdown, _thread_reads, _windows, sample_columns
 from harness.results.loader import ResultSet
 from harness.results.selection import usable_runs
 from harness.results.tables import PROCESSES, REQUESTS, RUNS, THREAD_COUNTERS, THREADS
@@ -52,7 +52,7 @@ def counter_process_shares(counters: pd.DataFrame, requests: pd.DataFrame) -> pd
 def sampled_process_shares(threads: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per run, window and process: each sampled class's share averaged over its threads that worked."""
     out: list[dict[str, Any]] = []
-    trees = _tree_runs(threads)
+    trees = _tree_runs(sample_columns(threads))
     for run_id, samples in (trees.groupby("run_id", sort=False) if not trees.empty else ()):
         t_ns = samples["t_ns"]
         for label, t0, t1 in _windows(str(run_id), samples, requests):

@@ -49,7 +49,32 @@ def _clock_ticks(reads: pd.DataFrame) -> int:
     return int(known.iloc[0]) if not known.empty else 100
 
 
+SAMPLE_COLUMNS = ("run_id", "t_ns", "pid", "tid", "state", "class")  # what the sampled shares read
+
+
+def sample_columns(threads: pd.DataFrame) -> pd.DataFrame:
+    """The threads table with only the columns the sampled shares read: every mask and group of millions of rows
+    then takes a few numeric and short string columns, not comm as well (the take of arrow strings was a second of
+    the report)."""
+    return threads[[c for c in SAMPLE_COLUMNS if c in threads]]
+
+
+# the report asks for the same tables' counted threads three times (the counters' table, the paired comparison,
+# F2); one computation is most of a second per 10 k counter reads. Kept by identity: a ResultSet hands out the same
+# frame for a table every time, and the result is never modified by its readers.
+_counted: list[tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]] = []
+
+
 def counted_threads(counters: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """:func:`count_threads`, computed once for the last (counters, requests) pair asked for."""
+    if _counted and _counted[0][0] is counters and _counted[0][1] is requests:
+        return _counted[0][2]
+    counted = count_threads(counters, requests)
+    _counted[:] = [(counters, requests, counted)]
+    return counted
+
+
+def count_threads(counters: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per run, window and thread the counters read at least twice inside the window: run_id, window (its
     label), w (its index in the run), tid, the thread's shares over it (:func:`harness.analysis.waits.wait_shares`)
     and ``worked`` (:func:`harness.analysis.waits.worked`). The one choice of a window's working threads: the
@@ -123,6 +148,7 @@ def sampled_window_shares(threads: pd.DataFrame, requests: pd.DataFrame, run_ids
     """One row per run (of ``run_ids``) and window: each SAMPLED class's share of the threads' samples inside it,
     averaged over the threads."""
     out = []
+    threads = sample_columns(threads)
     for run_id, samples in threads[threads["run_id"].isin(run_ids)].groupby("run_id", sort=False):
         t_ns = samples["t_ns"]
         for label, t0, t1 in _windows(str(run_id), samples, requests):
@@ -155,6 +181,7 @@ def paired_window_shares(counters: pd.DataFrame, threads: pd.DataFrame, requests
     counted_of = dict(tuple(counted.groupby("run_id", sort=False)))
     read_tids = _thread_reads(counters).groupby("run_id")["tid"].unique()
     out = []
+    threads = sample_columns(threads)
     for run_id, samples in threads[threads["run_id"].isin(run_ids)].groupby("run_id", sort=False):
         if run_id not in counted_of:
             continue
